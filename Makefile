@@ -1,0 +1,37 @@
+# gangpreempt: every target creates the virtualenv and installs the package when needed,
+# so any one of them works on a fresh clone.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install test lint demo bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install gangpreempt with its dev extras
+
+test: $(STAMP) ## run the whole test suite (unit, scenarios, integration)
+	$(BIN)/pytest
+
+lint: $(STAMP) ## ruff and mypy --strict
+	$(BIN)/ruff check libs tests bench
+	$(BIN)/ruff format --check libs tests bench
+	$(BIN)/mypy
+
+demo: $(STAMP) ## show the decisions for the bundled example cluster
+	$(BIN)/gangpreempt plan -f examples/quota-demo --now 2026-01-01T00:00:00Z
+
+bench: $(STAMP) ## run the benchmarks; figures printed, JSON in bench/results/
+	$(BIN)/python bench/quota.py
+
+clean: ## remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

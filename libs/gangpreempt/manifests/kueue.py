@@ -1,0 +1,293 @@
+"""Decoders for Kueue's objects in both API shapes (``v1beta1`` and ``v1beta2``)."""
+
+from __future__ import annotations
+
+from gangpreempt.manifests.fields import Fields
+from gangpreempt.manifests.podspec import constraints, pod_requests, taints, tolerations
+from gangpreempt.model.queues import (
+    ANY,
+    BEST_EFFORT_FIFO,
+    BORROWING_OVER_PREEMPTION,
+    LOWER_OR_NEWER_EQUAL_PRIORITY,
+    LOWER_PRIORITY,
+    MAY_STOP_SEARCH,
+    NEVER,
+    PREEMPTION_OVER_BORROWING,
+    STRICT_FIFO,
+    TRY_NEXT_FLAVOR,
+    ClusterQueue,
+    Cohort,
+    FlavorFungibility,
+    FlavorQuotas,
+    LocalQueue,
+    Preemption,
+    ResourceFlavor,
+    ResourceGroup,
+    ResourceQuota,
+    WorkloadPriorityClass,
+)
+from gangpreempt.model.workloads import (
+    PRIORITY_CLASS,
+    WORKLOAD_PRIORITY_CLASS,
+    Admission,
+    Condition,
+    PodSet,
+    PodSetAssignment,
+    PriorityClassRef,
+    Workload,
+)
+
+STOP_POLICIES = ("None", "Hold", "HoldAndDrain")
+_PRIORITY_SOURCES = {
+    "kueue.x-k8s.io/workloadpriorityclass": WORKLOAD_PRIORITY_CLASS,
+    "scheduling.k8s.io/priorityclass": PRIORITY_CLASS,
+}
+_PRIORITY_REF_KINDS = {
+    ("kueue.x-k8s.io", "WorkloadPriorityClass"): WORKLOAD_PRIORITY_CLASS,
+    ("scheduling.k8s.io", "PriorityClass"): PRIORITY_CLASS,
+}
+
+
+def resource_flavor(name: str, spec: Fields) -> ResourceFlavor:
+    return ResourceFlavor(
+        name=name,
+        node_labels=spec.str_map("nodeLabels"),
+        node_taints=taints(spec, "nodeTaints"),
+        tolerations=tolerations(spec),
+    )
+
+
+def resource_groups(spec: Fields) -> tuple[ResourceGroup, ...]:
+    groups = []
+    for g in spec.maps("resourceGroups"):
+        covered = g.strs("coveredResources", required=True)
+        flavors = []
+        for f in g.maps("flavors", required=True):
+            resources: dict[str, ResourceQuota] = {}
+            for r in f.maps("resources", required=True):
+                res = r.str("name", required=True)
+                if res not in covered:
+                    r.fail("name", f"resource {res} is not in the group's coveredResources")
+                nominal = r.amount("nominalQuota", res)
+                resources[res] = ResourceQuota(
+                    nominal=nominal or 0,
+                    borrowing_limit=r.amount("borrowingLimit", res),
+                    lending_limit=r.amount("lendingLimit", res),
+                )
+            flavors.append(FlavorQuotas(name=f.str("name", required=True), resources=resources))
+        groups.append(ResourceGroup(covered_resources=covered, flavors=tuple(flavors)))
+    return tuple(groups)
+
+
+def _preemption(spec: Fields) -> Preemption:
+    p = spec.map("preemption")
+    if p is None:
+        return Preemption()
+    reclaim = p.enum("reclaimWithinCohort", (NEVER, LOWER_PRIORITY, ANY), default="")
+    if not reclaim:
+        # KEP-83's first API spelled this withinCohort with Reclaim* values.
+        reclaim = p.enum(
+            "withinCohort",
+            (NEVER,),
+            default=NEVER,
+            aliases={"ReclaimFromLowerPriority": LOWER_PRIORITY, "ReclaimFromAny": ANY},
+        )
+    borrow = p.map("borrowWithinCohort")
+    return Preemption(
+        within_cluster_queue=p.enum(
+            "withinClusterQueue",
+            (NEVER, LOWER_PRIORITY, LOWER_OR_NEWER_EQUAL_PRIORITY),
+            default=NEVER,
+            aliases={"LowerPriorityOnly": LOWER_PRIORITY},
+        ),
+        reclaim_within_cohort=reclaim,
+        borrow_within_cohort=(
+            borrow.enum("policy", (NEVER, LOWER_PRIORITY), default=NEVER) if borrow else NEVER
+        ),
+        max_priority_threshold=borrow.int("maxPriorityThreshold") if borrow else None,
+    )
+
+
+def _fungibility(spec: Fields) -> FlavorFungibility:
+    f = spec.map("flavorFungibility")
+    if f is None:
+        return FlavorFungibility()
+    choices = (MAY_STOP_SEARCH, TRY_NEXT_FLAVOR)
+    return FlavorFungibility(
+        when_can_borrow=f.enum(
+            "whenCanBorrow", choices, MAY_STOP_SEARCH, aliases={"Borrow": MAY_STOP_SEARCH}
+        ),
+        when_can_preempt=f.enum(
+            "whenCanPreempt", choices, TRY_NEXT_FLAVOR, aliases={"Preempt": MAY_STOP_SEARCH}
+        ),
+        preference=f.enum(
+            "preference", (BORROWING_OVER_PREEMPTION, PREEMPTION_OVER_BORROWING), default=""
+        )
+        or None,
+    )
+
+
+def cluster_queue(name: str, spec: Fields) -> ClusterQueue:
+    cohort = spec.opt_str("cohortName") or spec.opt_str("cohort")
+    return ClusterQueue(
+        name=name,
+        cohort=cohort,
+        resource_groups=resource_groups(spec),
+        queueing_strategy=spec.enum(
+            "queueingStrategy", (BEST_EFFORT_FIFO, STRICT_FIFO), BEST_EFFORT_FIFO
+        ),
+        preemption=_preemption(spec),
+        flavor_fungibility=_fungibility(spec),
+        stop_policy=spec.enum("stopPolicy", STOP_POLICIES, "None"),
+    )
+
+
+def cohort(name: str, spec: Fields) -> Cohort:
+    return Cohort(
+        name=name,
+        parent=spec.opt_str("parentName") or spec.opt_str("parent"),
+        resource_groups=resource_groups(spec),
+    )
+
+
+def local_queue(namespace: str, name: str, spec: Fields) -> LocalQueue:
+    return LocalQueue(
+        namespace=namespace,
+        name=name,
+        cluster_queue=spec.str("clusterQueue", required=True),
+        stop_policy=spec.enum("stopPolicy", STOP_POLICIES, "None"),
+    )
+
+
+def workload_priority_class(name: str, obj: Fields) -> WorkloadPriorityClass:
+    value = obj.int("value")
+    if value is None:
+        obj.fail("value", "required field is missing")
+    return WorkloadPriorityClass(name=name, value=value)
+
+
+def _priority_class_ref(spec: Fields) -> PriorityClassRef | None:
+    ref = spec.map("priorityClassRef")
+    if ref is not None:
+        group = ref.str("group", default="kueue.x-k8s.io")
+        kind = ref.str("kind", default="WorkloadPriorityClass")
+        resolved = _PRIORITY_REF_KINDS.get((group, kind))
+        if resolved is None:
+            ref.fail("kind", f"unsupported priority class reference {group}/{kind}")
+        return PriorityClassRef(kind=resolved, name=ref.str("name", required=True))
+    name = spec.opt_str("priorityClassName")
+    if name is None:
+        return None
+    source = spec.opt_str("priorityClassSource")
+    if source is None:
+        return PriorityClassRef(kind=WORKLOAD_PRIORITY_CLASS, name=name)
+    kind = _PRIORITY_SOURCES.get(source)
+    if kind is None:
+        spec.fail(
+            "priorityClassSource", f"expected one of {', '.join(_PRIORITY_SOURCES)}, got {source!r}"
+        )
+    return PriorityClassRef(kind=kind, name=name)
+
+
+def _pod_sets(spec: Fields) -> tuple[PodSet, ...]:
+    pod_sets = []
+    seen: set[str] = set()
+    for ps in spec.maps("podSets", required=True):
+        name = ps.str("name", default="main")
+        if name in seen:
+            ps.fail("name", f"duplicate pod set name {name!r}")
+        seen.add(name)
+        count = ps.int("count", minimum=0, what="a positive integer or zero")
+        count = 1 if count is None else count
+        min_count = ps.int("minCount", minimum=1, what="a positive integer")
+        if min_count is not None and min_count > count:
+            ps.fail("minCount", f"must not exceed count ({count}), got {min_count}")
+        template = ps.map("template", required=True)
+        assert template is not None
+        pod_spec = template.map("spec", required=True)
+        assert pod_spec is not None
+        pod_sets.append(
+            PodSet(
+                name=name,
+                count=count,
+                min_count=min_count,
+                requests=pod_requests(pod_spec),
+                scheduling=constraints(pod_spec),
+            )
+        )
+    if not pod_sets:
+        spec.fail("podSets", "expected at least one pod set")
+    return tuple(pod_sets)
+
+
+def _admission(status: Fields, pod_sets: tuple[PodSet, ...]) -> Admission | None:
+    adm = status.map("admission")
+    if adm is None:
+        return None
+    counts = {ps.name: ps.count for ps in pod_sets}
+    assignments = []
+    for psa in adm.maps("podSetAssignments"):
+        name = psa.str("name", default="main")
+        if name not in counts:
+            psa.fail("name", f"no pod set named {name!r} in spec.podSets")
+        count = psa.int("count", minimum=0, what="a positive integer or zero")
+        assignments.append(
+            PodSetAssignment(
+                name=name,
+                flavors=psa.str_map("flavors"),
+                resource_usage=psa.amounts("resourceUsage"),
+                count=counts[name] if count is None else count,
+            )
+        )
+    return Admission(
+        cluster_queue=adm.str("clusterQueue", required=True), pod_set_assignments=tuple(assignments)
+    )
+
+
+def _conditions(status: Fields) -> tuple[Condition, ...]:
+    return tuple(
+        Condition(
+            type=c.str("type", required=True),
+            status=c.enum("status", ("True", "False", "Unknown"), default="Unknown"),
+            reason=c.str("reason", default=""),
+            last_transition_time=c.time("lastTransitionTime"),
+        )
+        for c in status.maps("conditions")
+    )
+
+
+def workload(meta: Fields, namespace: str, name: str, spec: Fields, status: Fields) -> Workload:
+    pod_sets = _pod_sets(spec)
+    return Workload(
+        namespace=namespace,
+        name=name,
+        uid=meta.str("uid", default=""),
+        resource_version=str(meta.raw("resourceVersion") or ""),
+        queue_name=spec.str("queueName", default=""),
+        priority=spec.int("priority"),
+        priority_class=_priority_class_ref(spec),
+        creation_timestamp=meta.time("creationTimestamp"),
+        pod_sets=pod_sets,
+        admission=_admission(status, pod_sets),
+        conditions=_conditions(status),
+        active=spec.bool("active", True),
+        reclaimable_pods=_reclaimable(status),
+    )
+
+
+def _reclaimable(status: Fields) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for rp in status.maps("reclaimablePods"):
+        count = rp.int("count", minimum=0, what="a positive integer or zero")
+        out[rp.str("name", default="main")] = count or 0
+    return out
+
+
+__all__ = [
+    "cluster_queue",
+    "cohort",
+    "local_queue",
+    "resource_flavor",
+    "workload",
+    "workload_priority_class",
+]

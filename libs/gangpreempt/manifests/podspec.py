@@ -1,0 +1,126 @@
+"""Pod specs: effective requests as Kubernetes computes them, and scheduling constraints."""
+
+from __future__ import annotations
+
+from gangpreempt.manifests.fields import Fields
+from gangpreempt.model.scheduling import (
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    SchedulingConstraints,
+    Taint,
+    Toleration,
+)
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+def _add(into: dict[str, int], more: dict[str, int]) -> None:
+    for res, v in more.items():
+        into[res] = into.get(res, 0) + v
+
+
+def _max(into: dict[str, int], more: dict[str, int]) -> None:
+    for res, v in more.items():
+        if v > into.get(res, 0):
+            into[res] = v
+
+
+def container_requests(c: Fields) -> dict[str, int]:
+    """A container's requests, limits standing in for missing requests (as Kubernetes
+    defaults them)."""
+    res = c.map_or_empty("resources")
+    requests = res.amounts("requests")
+    for name, amount in res.amounts("limits").items():
+        requests.setdefault(name, amount)
+    return requests
+
+
+def pod_requests(spec: Fields) -> dict[str, int]:
+    """Per-pod effective requests: max(largest init container plus the sidecars started
+    before it, sum of containers plus sidecars) plus overhead."""
+    containers: dict[str, int] = {}
+    for c in spec.maps("containers"):
+        _add(containers, container_requests(c))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for c in spec.maps("initContainers"):
+        req = container_requests(c)
+        if c.raw("restartPolicy") == "Always":
+            _add(sidecars, req)
+            _max(init_peak, sidecars)
+        else:
+            step = dict(sidecars)
+            _add(step, req)
+            _max(init_peak, step)
+    total = dict(containers)
+    _add(total, sidecars)
+    _max(total, init_peak)
+    pod_level = spec.map_or_empty("resources").amounts("requests")
+    for name in ("cpu", "memory"):
+        if name in pod_level:
+            total[name] = pod_level[name]
+    _add(total, spec.amounts("overhead"))
+    return {res: v for res, v in total.items()}
+
+
+def taints(f: Fields, key: str) -> tuple[Taint, ...]:
+    out = []
+    for t in f.maps(key):
+        out.append(
+            Taint(
+                key=t.str("key", required=True),
+                value=t.str("value", default=""),
+                effect=t.enum("effect", TAINT_EFFECTS, default="NoSchedule"),
+            )
+        )
+    return tuple(out)
+
+
+def tolerations(f: Fields, key: str = "tolerations") -> tuple[Toleration, ...]:
+    out = []
+    for t in f.maps(key):
+        out.append(
+            Toleration(
+                key=t.str("key", default=""),
+                operator=t.enum("operator", ("Equal", "Exists"), default="Equal"),
+                value=t.str("value", default=""),
+                effect=t.str("effect", default=""),
+                toleration_seconds=t.int("tolerationSeconds"),
+            )
+        )
+    return tuple(out)
+
+
+def _terms(affinity: Fields | None) -> tuple[NodeSelectorTerm, ...] | None:
+    if affinity is None:
+        return None
+    node_affinity = affinity.map("nodeAffinity")
+    if node_affinity is None:
+        return None
+    required = node_affinity.map("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return None
+    terms = []
+    for term in required.maps("nodeSelectorTerms"):
+        reqs = tuple(
+            NodeSelectorRequirement(
+                key=e.str("key", required=True),
+                operator=e.enum("operator", SELECTOR_OPERATORS, default="In"),
+                values=e.strs("values"),
+            )
+            for e in term.maps("matchExpressions")
+        )
+        terms.append(NodeSelectorTerm(reqs))
+    return tuple(terms)
+
+
+def constraints(spec: Fields) -> SchedulingConstraints:
+    return SchedulingConstraints(
+        node_selector=spec.str_map("nodeSelector"),
+        tolerations=tolerations(spec),
+        affinity_terms=_terms(spec.map("affinity")),
+    )
+
+
+__all__ = ["constraints", "container_requests", "pod_requests", "taints", "tolerations"]

@@ -1,0 +1,112 @@
+"""Reading YAML files and folders into documents that remember their line numbers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gangpreempt.errors import ManifestError
+
+_Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class LinedDict(dict[Any, Any]):
+    """A mapping that knows the line of each key (1-based)."""
+
+    line: int = 0
+    key_lines: dict[Any, int]
+
+
+class LinedList(list[Any]):
+    """A sequence that knows the line of each item (1-based)."""
+
+    line: int = 0
+    item_lines: list[int]
+
+
+class _Loader(_Base):  # type: ignore[misc]
+    pass
+
+
+def _mapping(loader: Any, node: yaml.MappingNode) -> LinedDict:
+    loader.flatten_mapping(node)
+    out = LinedDict()
+    out.line = node.start_mark.line + 1
+    out.key_lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "found an unhashable mapping key", key_node.start_mark
+            ) from None
+        out[key] = loader.construct_object(value_node, deep=True)
+        out.key_lines[key] = key_node.start_mark.line + 1
+    return out
+
+
+def _sequence(loader: Any, node: yaml.SequenceNode) -> LinedList:
+    out = LinedList(loader.construct_object(child, deep=True) for child in node.value)
+    out.line = node.start_mark.line + 1
+    out.item_lines = [child.start_mark.line + 1 for child in node.value]
+    return out
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _mapping)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _sequence)
+
+
+def yaml_files(path: str) -> list[str]:
+    """The YAML files under ``path`` (a file, or a folder searched recursively), sorted."""
+    p = Path(path)
+    if p.is_file():
+        return [path]
+    if p.is_dir():
+        found = [
+            os.path.join(root, name)
+            for root, _dirs, names in os.walk(path)
+            for name in names
+            if name.endswith((".yaml", ".yml", ".json"))
+        ]
+        return sorted(found)
+    raise ManifestError(path, "no such file or folder")
+
+
+def documents(file: str) -> Iterator[tuple[int, Any]]:
+    """``(document number, parsed document)`` for each YAML document in ``file``."""
+    try:
+        with open(file, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ManifestError(file, f"cannot read: {exc.strerror or exc}") from exc
+    number = 0
+    try:
+        for doc in yaml.load_all(text, Loader=_Loader):
+            number += 1
+            yield number, doc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ManifestError(
+            file, f"invalid YAML: {problem}", document=number + 1, line=line
+        ) from exc
+
+
+def line_of(container: Any, key: Any) -> int | None:
+    """Line of ``container[key]`` when the container came from ``documents``."""
+    if isinstance(container, LinedDict):
+        return container.key_lines.get(key, container.line)
+    if isinstance(container, LinedList) and isinstance(key, int):
+        if 0 <= key < len(container.item_lines):
+            return container.item_lines[key]
+        return container.line
+    return None
+
+
+__all__ = ["LinedDict", "LinedList", "documents", "line_of", "yaml_files"]

@@ -1,0 +1,55 @@
+"""The whole input of a decision: every object read from manifests or the cluster."""
+
+from __future__ import annotations
+
+import msgspec
+
+from gangpreempt.model.queues import (
+    ClusterQueue,
+    Cohort,
+    LocalQueue,
+    PriorityClass,
+    ResourceFlavor,
+    WorkloadPriorityClass,
+)
+from gangpreempt.model.workloads import PRIORITY_CLASS, WORKLOAD_PRIORITY_CLASS, Workload
+
+
+class ClusterState(msgspec.Struct):
+    """Objects by name (cluster-scoped) or ``namespace/name`` (namespaced)."""
+
+    flavors: dict[str, ResourceFlavor] = msgspec.field(default_factory=dict)
+    cluster_queues: dict[str, ClusterQueue] = msgspec.field(default_factory=dict)
+    cohorts: dict[str, Cohort] = msgspec.field(default_factory=dict)
+    local_queues: dict[str, LocalQueue] = msgspec.field(default_factory=dict)
+    workloads: dict[str, Workload] = msgspec.field(default_factory=dict)
+    workload_priority_classes: dict[str, WorkloadPriorityClass] = msgspec.field(
+        default_factory=dict
+    )
+    priority_classes: dict[str, PriorityClass] = msgspec.field(default_factory=dict)
+
+    def priority_of(self, wl: Workload) -> int:
+        """Kueue's priority: ``spec.priority`` when set, else the referenced class's value,
+        else the global-default PriorityClass, else 0."""
+        if wl.priority is not None:
+            return wl.priority
+        ref = wl.priority_class
+        if ref is not None:
+            if ref.kind == WORKLOAD_PRIORITY_CLASS and ref.name in self.workload_priority_classes:
+                return self.workload_priority_classes[ref.name].value
+            if ref.kind == PRIORITY_CLASS and ref.name in self.priority_classes:
+                return self.priority_classes[ref.name].value
+        for pc in self.priority_classes.values():
+            if pc.global_default:
+                return pc.value
+        return 0
+
+    def cluster_queue_of(self, wl: Workload) -> str | None:
+        """The ClusterQueue a workload belongs to: its admission's, else its LocalQueue's."""
+        if wl.admission is not None:
+            return wl.admission.cluster_queue
+        lq = self.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
+        return lq.cluster_queue if lq is not None else None
+
+
+__all__ = ["ClusterState"]

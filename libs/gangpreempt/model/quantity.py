@@ -1,0 +1,93 @@
+"""Kubernetes resource quantities, parsed exactly and kept as integers.
+
+A quantity string (``"500m"``, ``"1.5Gi"``, ``"2e3"``) is parsed as an exact rational
+number, then stored in the unit Kueue accounts in: milli-units for ``cpu``, whole units
+(bytes, GPUs, pods, ...) for every other resource, rounding up as Kubernetes'
+``MilliValue`` / ``Value`` do. All arithmetic after parsing is on Python integers.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+_QUANTITY = re.compile(
+    r"^(?P<sign>[+-]?)(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?[0-9]+)|(?P<dec>[numkMGTPE]?))$"
+)
+
+MILLI_RESOURCES = frozenset({"cpu"})
+
+
+class QuantityError(ValueError):
+    """The text is not a Kubernetes quantity."""
+
+
+def parse_exact(text: object) -> Fraction:
+    """Parse a Kubernetes quantity (a string, or a YAML int / float) to an exact rational."""
+    if isinstance(text, bool):
+        raise QuantityError(f"expected a quantity, got {text!r}")
+    if isinstance(text, int):
+        return Fraction(text)
+    if isinstance(text, float):
+        text = repr(text)
+    if not isinstance(text, str):
+        raise QuantityError(f"expected a quantity, got {type(text).__name__}")
+    s = text.strip()
+    m = _QUANTITY.match(s)
+    if m is None:
+        raise QuantityError(f"{text!r} is not a Kubernetes quantity")
+    value = Fraction(m.group("num"))
+    if m.group("bin"):
+        value *= _BINARY[m.group("bin")]
+    elif m.group("exp"):
+        value *= Fraction(10) ** int(m.group("exp")[1:])
+    else:
+        value *= _DECIMAL[m.group("dec") or ""]
+    if m.group("sign") == "-":
+        value = -value
+    return value
+
+
+def _ceil(value: Fraction) -> int:
+    return -((-value.numerator) // value.denominator)
+
+
+def to_amount(resource: str, text: object) -> int:
+    """The integer Kueue accounts for ``text`` of ``resource`` (milli for cpu, else units)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text * 1000 if resource in MILLI_RESOURCES else text
+    exact = parse_exact(text)
+    if resource in MILLI_RESOURCES:
+        exact *= 1000
+    return _ceil(exact)
+
+
+def format_amount(resource: str, amount: int) -> str:
+    """The shortest exact Kubernetes spelling of an integer amount of ``resource``."""
+    if resource in MILLI_RESOURCES:
+        if amount % 1000 == 0:
+            return str(amount // 1000)
+        return f"{amount}m"
+    if amount != 0 and amount % 1024 == 0:
+        for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+            unit = _BINARY[suffix]
+            if amount % unit == 0:
+                return f"{amount // unit}{suffix}"
+    return str(amount)
+
+
+__all__ = ["QuantityError", "format_amount", "parse_exact", "to_amount"]

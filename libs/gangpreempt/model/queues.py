@@ -1,0 +1,123 @@
+"""Kueue's queueing objects: ResourceFlavor, ClusterQueue, Cohort, LocalQueue and the
+priority classes. Spellings of both Kueue API versions are normalized by the manifest
+reader to the v1beta2 vocabulary used here."""
+
+from __future__ import annotations
+
+import msgspec
+
+from gangpreempt.model.scheduling import Taint, Toleration
+
+# Policy vocabularies (v1beta2 names; v1beta1's Borrow / Preempt map to MayStopSearch).
+NEVER = "Never"
+LOWER_PRIORITY = "LowerPriority"
+LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+ANY = "Any"
+MAY_STOP_SEARCH = "MayStopSearch"
+TRY_NEXT_FLAVOR = "TryNextFlavor"
+BORROWING_OVER_PREEMPTION = "BorrowingOverPreemption"
+PREEMPTION_OVER_BORROWING = "PreemptionOverBorrowing"
+BEST_EFFORT_FIFO = "BestEffortFIFO"
+STRICT_FIFO = "StrictFIFO"
+
+
+class ResourceFlavor(msgspec.Struct, frozen=True):
+    name: str
+    node_labels: dict[str, str] = msgspec.field(default_factory=dict)
+    node_taints: tuple[Taint, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+class ResourceQuota(msgspec.Struct, frozen=True):
+    """Quota of one resource in one flavor, as integer amounts (see ``model.quantity``)."""
+
+    nominal: int = 0
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+class FlavorQuotas(msgspec.Struct, frozen=True):
+    name: str
+    resources: dict[str, ResourceQuota]
+
+
+class ResourceGroup(msgspec.Struct, frozen=True):
+    covered_resources: tuple[str, ...]
+    flavors: tuple[FlavorQuotas, ...]
+
+
+class Preemption(msgspec.Struct, frozen=True):
+    within_cluster_queue: str = NEVER
+    reclaim_within_cohort: str = NEVER
+    borrow_within_cohort: str = NEVER
+    max_priority_threshold: int | None = None
+
+
+class FlavorFungibility(msgspec.Struct, frozen=True):
+    when_can_borrow: str = MAY_STOP_SEARCH
+    when_can_preempt: str = TRY_NEXT_FLAVOR
+    preference: str | None = None
+
+
+class ClusterQueue(msgspec.Struct, frozen=True):
+    name: str
+    cohort: str | None = None
+    resource_groups: tuple[ResourceGroup, ...] = ()
+    queueing_strategy: str = BEST_EFFORT_FIFO
+    preemption: Preemption = Preemption()
+    flavor_fungibility: FlavorFungibility = FlavorFungibility()
+    stop_policy: str = "None"
+
+
+class Cohort(msgspec.Struct, frozen=True):
+    name: str
+    parent: str | None = None
+    resource_groups: tuple[ResourceGroup, ...] = ()
+
+
+class LocalQueue(msgspec.Struct, frozen=True):
+    namespace: str
+    name: str
+    cluster_queue: str
+    stop_policy: str = "None"
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class WorkloadPriorityClass(msgspec.Struct, frozen=True):
+    name: str
+    value: int
+
+
+class PriorityClass(msgspec.Struct, frozen=True):
+    name: str
+    value: int
+    global_default: bool = False
+    preemption_policy: str = "PreemptLowerPriority"
+
+
+__all__ = [
+    "ANY",
+    "BEST_EFFORT_FIFO",
+    "BORROWING_OVER_PREEMPTION",
+    "LOWER_OR_NEWER_EQUAL_PRIORITY",
+    "LOWER_PRIORITY",
+    "MAY_STOP_SEARCH",
+    "NEVER",
+    "PREEMPTION_OVER_BORROWING",
+    "STRICT_FIFO",
+    "TRY_NEXT_FLAVOR",
+    "ClusterQueue",
+    "Cohort",
+    "FlavorFungibility",
+    "FlavorQuotas",
+    "LocalQueue",
+    "Preemption",
+    "PriorityClass",
+    "ResourceFlavor",
+    "ResourceGroup",
+    "ResourceQuota",
+    "WorkloadPriorityClass",
+]

@@ -1,0 +1,157 @@
+"""Kueue Workloads: pod sets with per-pod requests, the admission Kueue recorded, and
+the conditions that say whether the workload holds quota or is being evicted."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from gangpreempt.model.scheduling import SchedulingConstraints
+
+QUOTA_RESERVED = "QuotaReserved"
+ADMITTED = "Admitted"
+EVICTED = "Evicted"
+FINISHED = "Finished"
+PREEMPTED = "Preempted"
+
+WORKLOAD_PRIORITY_CLASS = "WorkloadPriorityClass"
+PRIORITY_CLASS = "PriorityClass"
+
+
+class PodSet(msgspec.Struct, frozen=True):
+    name: str
+    count: int
+    requests: dict[str, int]  # per pod, integer amounts
+    min_count: int | None = None
+    scheduling: SchedulingConstraints = SchedulingConstraints()
+
+    def total(self, count: int | None = None) -> dict[str, int]:
+        n = self.count if count is None else count
+        return {res: q * n for res, q in self.requests.items()}
+
+
+class PodSetAssignment(msgspec.Struct, frozen=True):
+    name: str
+    flavors: dict[str, str]
+    resource_usage: dict[str, int]  # total for the pod set
+    count: int
+
+
+class Admission(msgspec.Struct, frozen=True):
+    cluster_queue: str
+    pod_set_assignments: tuple[PodSetAssignment, ...]
+
+
+class Condition(msgspec.Struct, frozen=True):
+    type: str
+    status: str
+    reason: str = ""
+    last_transition_time: datetime | None = None
+
+
+class PriorityClassRef(msgspec.Struct, frozen=True):
+    kind: str  # WORKLOAD_PRIORITY_CLASS or PRIORITY_CLASS
+    name: str
+
+
+class Workload(msgspec.Struct, frozen=True):
+    namespace: str
+    name: str
+    pod_sets: tuple[PodSet, ...]
+    uid: str = ""
+    resource_version: str = ""
+    queue_name: str = ""
+    priority: int | None = None
+    priority_class: PriorityClassRef | None = None
+    creation_timestamp: datetime | None = None
+    admission: Admission | None = None
+    conditions: tuple[Condition, ...] = ()
+    active: bool = True
+    reclaimable_pods: dict[str, int] = msgspec.field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> str:
+        return f"Workload/{self.namespace}/{self.name}"
+
+    def active_count(self, ps: PodSet) -> int:
+        """Pods of the pod set still needed: count minus pods already reclaimable."""
+        return max(0, ps.count - self.reclaimable_pods.get(ps.name, 0))
+
+    def condition(self, type_: str) -> Condition | None:
+        for cond in self.conditions:
+            if cond.type == type_:
+                return cond
+        return None
+
+    def condition_true(self, type_: str) -> bool:
+        cond = self.condition(type_)
+        return cond is not None and cond.status == "True"
+
+    @property
+    def holds_quota(self) -> bool:
+        """Admitted or quota-reserved: its usage counts against its ClusterQueue.
+
+        An admission without any QuotaReserved / Admitted condition (a hand-written
+        manifest) is taken at its word.
+        """
+        if self.admission is None or self.condition_true(FINISHED):
+            return False
+        reserved = self.condition(QUOTA_RESERVED)
+        if reserved is not None:
+            return reserved.status == "True"
+        admitted = self.condition(ADMITTED)
+        return admitted is None or admitted.status == "True"
+
+    @property
+    def is_pending(self) -> bool:
+        return not self.holds_quota and not self.condition_true(FINISHED) and self.active
+
+    @property
+    def is_evicting(self) -> bool:
+        return self.condition_true(EVICTED)
+
+    @property
+    def quota_reserved_at(self) -> datetime | None:
+        cond = self.condition(QUOTA_RESERVED)
+        if cond is not None and cond.status == "True":
+            return cond.last_transition_time
+        if cond is None:
+            admitted = self.condition(ADMITTED)
+            if admitted is not None and admitted.status == "True":
+                return admitted.last_transition_time
+        return None
+
+    def queue_order_time(self) -> datetime | None:
+        """Kueue's queue-order timestamp: the eviction time when it was evicted for a
+        PodsReady timeout or by an admission check, else the creation time."""
+        evicted = self.condition(EVICTED)
+        if (
+            evicted is not None
+            and evicted.status == "True"
+            and evicted.reason in ("PodsReadyTimeout", "AdmissionCheck")
+            and evicted.last_transition_time is not None
+        ):
+            return evicted.last_transition_time
+        return self.creation_timestamp
+
+
+__all__ = [
+    "ADMITTED",
+    "EVICTED",
+    "FINISHED",
+    "PREEMPTED",
+    "PRIORITY_CLASS",
+    "QUOTA_RESERVED",
+    "WORKLOAD_PRIORITY_CLASS",
+    "Admission",
+    "Condition",
+    "PodSet",
+    "PodSetAssignment",
+    "PriorityClassRef",
+    "Workload",
+]

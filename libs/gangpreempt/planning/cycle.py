@@ -1,0 +1,184 @@
+"""One admission pass over every pending workload, in Kueue's order.
+
+A pass is a series of Kueue scheduling cycles on one snapshot, until no queue has a new
+head. Each cycle takes the head of every ClusterQueue (higher priority first, then older),
+evaluates all heads against the snapshot, and processes them ordered by borrowing level,
+priority and age:
+
+- **Admit**: the workload's usage is added to the snapshot.
+- **Preempt**: its victims leave the snapshot and its usage is added (the state once the
+  victims are gone); no other preemptor may take them. A later head whose victims overlap
+  is recomputed without them. After a preemption in a cohort tree, no later head may
+  borrow in that tree during the pass (KEP-83).
+- **Pending**: NoFit, or Preempt without victims (its capacity is held back unless its
+  queue reclaims from Any), or no longer fitting after an earlier head.
+
+A queue whose head is preempting, or was skipped, waits behind it. A StrictFIFO queue
+also waits behind a head that does not fit; a BestEffortFIFO queue moves on to its next
+workload in the next cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gangpreempt.model.queues import STRICT_FIFO
+from gangpreempt.planning.decisions import Decision
+from gangpreempt.planning.deciding import (
+    Evaluation,
+    can_always_reclaim,
+    decision,
+    evaluate,
+    not_considered,
+    unavailable,
+)
+from gangpreempt.quota.modes import Mode
+from gangpreempt.quota.pending import PendingWorkload
+from gangpreempt.quota.snapshot import ClusterQueueState, Snapshot
+from gangpreempt.quota.tree import Quantities, cq_available
+
+
+def _reserve(ev: Evaluation) -> Quantities:
+    """Capacity a preemptor without victims holds back, so that lower-priority
+    workloads elsewhere in the cohort cannot take it first."""
+    node = ev.cq.node
+    out: Quantities = {}
+    for fr, want in ev.assignment.usage.items():
+        quota = node.quotas.get(fr)
+        nominal = quota.nominal if quota else 0
+        used = node.usage.get(fr, 0)
+        if ev.borrowing:
+            if quota is None or quota.borrowing_limit is None:
+                out[fr] = want
+            else:
+                out[fr] = min(want, nominal + quota.borrowing_limit - used)
+        else:
+            out[fr] = max(0, min(want, nominal - used))
+    return {fr: v for fr, v in out.items() if v > 0}
+
+
+class _Queue:
+    __slots__ = ("blocked", "cq", "members", "next")
+
+    def __init__(self, cq: ClusterQueueState, members: list[PendingWorkload]) -> None:
+        self.cq = cq
+        self.members = members
+        self.next = 0
+        self.blocked: str | None = None
+
+    def head(self) -> PendingWorkload | None:
+        if self.blocked is not None or self.next >= len(self.members):
+            return None
+        return self.members[self.next]
+
+
+class AdmissionPass:
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.decisions: list[Decision] = []
+        self.preempting_trees: set[str] = set()
+        self.queues: dict[str, _Queue] = {}
+
+    def run(self) -> list[Decision]:
+        snap = self.snapshot
+        by_queue: dict[str, list[PendingWorkload]] = {}
+        for wl in sorted(snap.state.workloads.values(), key=lambda w: w.key):
+            if not wl.is_pending:
+                continue
+            pending = PendingWorkload.of(snap.state, wl, snap.now)
+            reason = unavailable(snap, pending)
+            if reason is not None:
+                self.decisions.append(not_considered(pending, reason))
+                continue
+            assert pending.cq is not None
+            by_queue.setdefault(pending.cq, []).append(pending)
+        for name in sorted(by_queue):
+            members = sorted(by_queue[name], key=PendingWorkload.queue_order)
+            self.queues[name] = _Queue(snap.cqs[name], members)
+
+        while True:
+            heads = [q.head() for q in self.queues.values()]
+            entries = [evaluate(snap, h) for h in heads if h is not None]
+            if not entries:
+                break
+            for ev in sorted(entries, key=Evaluation.order):
+                self._process(ev)
+
+        for q in self.queues.values():
+            for pending in q.members[q.next :]:
+                self.decisions.append(not_considered(pending, q.blocked or "not reached"))
+        return self.decisions
+
+    # -- one entry -----------------------------------------------------------------
+    def _process(self, ev: Evaluation) -> None:
+        queue = self.queues[ev.cq.name]
+        queue.next += 1
+        tree = ev.cq.node.root().name if ev.cq.node.parent is not None else None
+        mode = ev.mode
+
+        if mode is Mode.NoFit:
+            self._pending(queue, ev, None, strict_only=True)
+            return
+        if mode is Mode.Preempt and not ev.targets:
+            if not can_always_reclaim(ev.cq):
+                self.snapshot.take_usage(ev.cq.node, _reserve(ev))
+            self._pending(queue, ev, None, strict_only=True)
+            return
+        if ev.borrowing and tree in self.preempting_trees:
+            msg = (
+                f"skipped: a workload in cohort {tree} needs preemption in this pass, "
+                "so no other workload may borrow there"
+            )
+            self._pending(queue, ev, msg, strict_only=False)
+            return
+        if any(t.aw.key not in self.snapshot.admitted for t in ev.targets):
+            # Another preemptor already claimed some of these victims: recompute.
+            ev = evaluate(self.snapshot, ev.pending)
+            if ev.mode is not Mode.Fit and not (ev.mode is Mode.Preempt and ev.targets):
+                self._pending(queue, ev, None, strict_only=ev.mode is Mode.NoFit)
+                return
+            if ev.borrowing and tree in self.preempting_trees:
+                msg = f"skipped: its victims were taken by another preemptor in cohort {tree}"
+                self._pending(queue, ev, msg, strict_only=False)
+                return
+        if not self._fits(ev):
+            msg = "skipped: no longer fits after processing another workload"
+            self._pending(queue, ev, msg, strict_only=False)
+            return
+
+        for t in ev.targets:
+            self.snapshot.release(t.aw)
+        self.snapshot.take_usage(ev.cq.node, ev.assignment.usage)
+        self.decisions.append(decision(ev))
+        if ev.targets:
+            if tree is not None:
+                self.preempting_trees.add(tree)
+            queue.blocked = f"waiting behind {ev.pending.ref}, which is preempting"
+
+    def _fits(self, ev: Evaluation) -> bool:
+        snap = self.snapshot
+        for t in ev.targets:
+            snap.remove(t.aw)
+        ok = all(cq_available(ev.cq.node, fr) >= v for fr, v in ev.assignment.usage.items())
+        for t in ev.targets:
+            snap.restore(t.aw)
+        return ok
+
+    def _pending(self, queue: _Queue, ev: Evaluation, message: str | None, *, strict_only: bool) -> None:
+        self.decisions.append(decision(ev, override=message) if message else decision(ev))
+        if not strict_only or queue.cq.spec.queueing_strategy == STRICT_FIFO:
+            queue.blocked = f"waiting behind {ev.pending.ref} at the head of ClusterQueue {queue.cq.name}"
+
+
+def admission_pass(snapshot: Snapshot) -> list[Decision]:
+    """Decisions for every pending workload of the snapshot's state."""
+    return AdmissionPass(snapshot).run()
+
+
+def iter_pending(snapshot: Snapshot) -> Iterator[PendingWorkload]:
+    for wl in sorted(snapshot.state.workloads.values(), key=lambda w: w.key):
+        if wl.is_pending:
+            yield PendingWorkload.of(snapshot.state, wl, snapshot.now)
+
+
+__all__ = ["AdmissionPass", "admission_pass", "iter_pending"]

@@ -1,0 +1,164 @@
+"""Evaluating one pending workload as the head of its queue: flavor assignment, then the
+victim search when the assignment needs preemption."""
+
+from __future__ import annotations
+
+from gangpreempt.model.queues import ANY
+from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim, plural
+from gangpreempt.preemption.candidates import IN_CLUSTER_QUEUE, Request
+from gangpreempt.preemption.classical import Target, get_targets
+from gangpreempt.preemption.oracle import oracle_for
+from gangpreempt.quota.assignment import Assignment, FlavorAssigner
+from gangpreempt.quota.modes import Mode
+from gangpreempt.quota.pending import PendingWorkload
+from gangpreempt.quota.snapshot import ClusterQueueState, Snapshot
+
+
+class Evaluation:
+    """A pending workload's flavor assignment and, if it needs preemption, its victims."""
+
+    __slots__ = ("assignment", "cq", "pending", "targets")
+
+    def __init__(
+        self, pending: PendingWorkload, cq: ClusterQueueState, assignment: Assignment, targets: list[Target]
+    ) -> None:
+        self.pending = pending
+        self.cq = cq
+        self.assignment = assignment
+        self.targets = targets
+
+    @property
+    def mode(self) -> Mode:
+        return self.assignment.mode
+
+    @property
+    def borrowing(self) -> int:
+        return self.assignment.borrowing
+
+    def order(self) -> tuple[int, int, float, str]:
+        """Kueue's order of heads in a cycle: less borrowing, higher priority, older."""
+        p = self.pending
+        return (self.borrowing, -p.priority, p.queue_order_ts, p.uid)
+
+
+def unavailable(snapshot: Snapshot, pending: PendingWorkload) -> str | None:
+    """Why ``pending`` cannot be considered at all, or None."""
+    state = snapshot.state
+    wl = pending.workload
+    if not wl.queue_name and wl.admission is None:
+        return "spec.queueName is not set"
+    lq = state.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
+    if lq is None:
+        return f"LocalQueue {wl.namespace}/{wl.queue_name} not found"
+    if lq.stop_policy in ("Hold", "HoldAndDrain"):
+        return f"LocalQueue {lq.key} is stopped (stopPolicy {lq.stop_policy})"
+    cq = snapshot.cqs.get(lq.cluster_queue)
+    if cq is None:
+        return f"ClusterQueue {lq.cluster_queue} not found"
+    if cq.inactive_reason:
+        return f"ClusterQueue {cq.name} is inactive: {cq.inactive_reason}"
+    return None
+
+
+def evaluate(snapshot: Snapshot, pending: PendingWorkload) -> Evaluation:
+    """Assign flavors and, when the mode is Preempt, search victims. ``pending.cq`` must
+    name an active ClusterQueue of the snapshot (see ``unavailable``)."""
+    assert pending.cq is not None
+    cq = snapshot.cqs[pending.cq]
+    assignment = FlavorAssigner(snapshot, cq, pending, oracle_for(snapshot)).assign()
+    targets: list[Target] = []
+    if assignment.mode is Mode.Preempt:
+        req = Request(pending, cq, assignment.needing_preemption(), dict(assignment.usage))
+        targets = get_targets(snapshot, req)
+    return Evaluation(pending, cq, assignment, targets)
+
+
+def can_always_reclaim(cq: ClusterQueueState) -> bool:
+    return cq.spec.preemption.reclaim_within_cohort == ANY
+
+
+def _preempt_message(ev: Evaluation) -> str:
+    own = [t for t in ev.targets if t.reason == IN_CLUSTER_QUEUE]
+    cohort = [t for t in ev.targets if t.reason != IN_CLUSTER_QUEUE]
+    parts = []
+    if own:
+        lower = all(t.aw.priority < ev.pending.priority for t in own)
+        which = "lower priority" if lower else "lower or equal priority"
+        parts.append(f"evicts {plural(len(own), 'workload')} of {which} in ClusterQueue {ev.cq.name}")
+    if cohort:
+        root = ev.cq.node.root().name
+        queues = sorted({t.aw.cq for t in cohort})
+        parts.append(
+            f"reclaims quota from {plural(len(cohort), 'workload')} in cohort {root} "
+            f"(ClusterQueue {', '.join(queues)})"
+        )
+    evicting = sum(1 for t in ev.targets if t.aw.evicting)
+    if evicting:
+        parts.append(f"{evicting} already evicting")
+    return "; ".join(parts)
+
+
+def decision(ev: Evaluation, override: str | None = None) -> Decision:
+    """The reported decision; ``override`` turns it Pending with that message."""
+    mode = ev.mode
+    victims: list[Victim] = []
+    if override is not None:
+        outcome, message = PENDING, override
+    elif mode is Mode.Fit:
+        outcome = ADMIT
+        where = f"fits in ClusterQueue {ev.cq.name}"
+        if ev.borrowing:
+            where += f" by borrowing in cohort {ev.cq.node.root().name}"
+        message = where
+    elif mode is Mode.Preempt and ev.targets:
+        outcome = PREEMPT
+        message = _preempt_message(ev)
+        victims = [
+            Victim(
+                object=t.aw.ref,
+                reason=t.reason,
+                queue=f"ClusterQueue/{t.aw.cq}",
+                priority=t.aw.priority,
+                evicting=t.aw.evicting,
+            )
+            for t in ev.targets
+        ]
+    elif mode is Mode.Preempt:
+        outcome = PENDING
+        detail = ev.assignment.message()
+        message = "needs preemption, but no workload is allowed to be preempted"
+        if detail:
+            message += f" ({detail})"
+    else:
+        outcome = PENDING
+        message = ev.assignment.message() or "does not fit"
+    return Decision(
+        preemptor=ev.pending.ref,
+        queue=f"ClusterQueue/{ev.cq.name}",
+        mode=mode.name,
+        outcome=outcome,
+        flavors=ev.assignment.flavors(),
+        borrowing=ev.borrowing,
+        victims=victims,
+        placement={},
+        message=message,
+        priority=ev.pending.priority,
+    )
+
+
+def not_considered(pending: PendingWorkload, reason: str) -> Decision:
+    return Decision(
+        preemptor=pending.ref,
+        queue=f"ClusterQueue/{pending.cq}" if pending.cq else "",
+        mode="NoFit",
+        outcome=PENDING,
+        flavors={},
+        borrowing=0,
+        victims=[],
+        placement={},
+        message=reason,
+        priority=pending.priority,
+    )
+
+
+__all__ = ["Evaluation", "can_always_reclaim", "decision", "evaluate", "not_considered", "unavailable"]

@@ -1,0 +1,58 @@
+"""The offline plan: manifests in, decisions out (what ``gangpreempt plan`` prints)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from gangpreempt.errors import InvalidInput
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.planning.cycle import admission_pass
+from gangpreempt.planning.deciding import decision, evaluate, not_considered, unavailable
+from gangpreempt.planning.decisions import Plan
+from gangpreempt.quota.pending import PendingWorkload
+from gangpreempt.quota.snapshot import Snapshot
+
+SUPPORTED_KINDS = ("Workload",)
+
+
+def rfc3339(dt: datetime) -> str:
+    text = dt.isoformat()
+    return text.replace("+00:00", "Z")
+
+
+def parse_object_ref(text: str) -> tuple[str, str, str]:
+    """``KIND/NAMESPACE/NAME`` -> its three parts."""
+    parts = text.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise InvalidInput(f"--workload: expected KIND/NAMESPACE/NAME, got {text!r}")
+    kind, namespace, name = parts
+    if kind not in SUPPORTED_KINDS:
+        raise InvalidInput(
+            f"--workload: kind {kind!r} is not supported; expected one of {', '.join(SUPPORTED_KINDS)}"
+        )
+    return kind, namespace, name
+
+
+def plan(state: ClusterState, now: datetime, workload: str | None = None, warnings: list[str] | None = None) -> Plan:
+    """Decisions for one pending workload (``KIND/NAMESPACE/NAME``, evaluated alone as the
+    head of its queue) or, without one, for every pending workload in one admission pass."""
+    snapshot = Snapshot.build(state, now)
+    notes = [*(warnings or []), *snapshot.warnings]
+    if workload is None:
+        return Plan(now=rfc3339(now), decisions=admission_pass(snapshot), warnings=notes)
+    _kind, namespace, name = parse_object_ref(workload)
+    wl = state.workloads.get(f"{namespace}/{name}")
+    if wl is None:
+        raise InvalidInput(f"--workload: Workload {namespace}/{name} not found in the manifests")
+    if not wl.is_pending:
+        where = f" in ClusterQueue {wl.admission.cluster_queue}" if wl.admission else ""
+        state_text = "holds quota" + where if wl.holds_quota else "is finished or inactive"
+        raise InvalidInput(f"--workload: Workload {namespace}/{name} is not pending (it {state_text})")
+    pending = PendingWorkload.of(state, wl, now)
+    reason = unavailable(snapshot, pending)
+    if reason is not None:
+        return Plan(now=rfc3339(now), decisions=[not_considered(pending, reason)], warnings=notes)
+    return Plan(now=rfc3339(now), decisions=[decision(evaluate(snapshot, pending))], warnings=notes)
+
+
+__all__ = ["parse_object_ref", "plan", "rfc3339"]

@@ -1,0 +1,107 @@
+"""The minimal victim set at quota level (Kueue's classical preemption).
+
+Remove candidates in order until the preemptor fits, skipping a candidate whose queue is
+already back within its nominal quota (up to the common ancestor); then put victims back
+in reverse order while the preemptor still fits. The result is all-or-nothing: either a
+set that makes the preemptor fit, or no victims at all.
+"""
+
+from __future__ import annotations
+
+from gangpreempt.model.queues import NEVER
+from gangpreempt.preemption.candidates import Candidate, Candidates, Request, Variant, borrow_within_cohort
+from gangpreempt.quota.snapshot import Snapshot
+from gangpreempt.quota.tree import cq_available
+
+
+class Target:
+    """A victim and the reason it is preempted."""
+
+    __slots__ = ("aw", "candidate", "reason")
+
+    def __init__(self, candidate: Candidate) -> None:
+        self.candidate = candidate
+        self.aw = candidate.aw
+        self.reason = candidate.variant.reason
+
+    def __repr__(self) -> str:
+        return f"<Target {self.aw.ref} {self.reason}>"
+
+
+def fits(snapshot: Snapshot, req: Request, allow_borrowing: bool) -> bool:
+    node = req.cq.node
+    for fr, v in req.usage.items():
+        if not allow_borrowing and node.borrowing_with(fr, v):
+            return False
+        if v > cq_available(node, fr):
+            return False
+    return True
+
+
+def _under_nominal(req: Request) -> bool:
+    node = req.cq.node
+    return all(node.usage.get(fr, 0) < node.nominal(fr) for fr in req.frs)
+
+
+def _valid(snapshot: Snapshot, req: Request, cand: Candidate, borrowing: bool) -> bool:
+    if cand.aw.cq == req.cq.name:
+        return True
+    if borrowing and cand.variant is Variant.RECLAIM_WITHOUT_BORROWING:
+        return False
+    node = snapshot.cqs[cand.aw.cq].node
+    if node.within_nominal(req.frs):
+        return False
+    for ancestor in node.path_to_root():
+        if ancestor is cand.lca:
+            break
+        if ancestor.within_nominal(req.frs):
+            return False
+    return True
+
+
+def attempts(req: Request, candidates: Candidates) -> tuple[bool, ...]:
+    """Which passes to run (with borrowing, without), in Kueue's order."""
+    forbidden = not borrow_within_cohort(req.cq)[0]
+    if candidates.none_from_other_queues or (forbidden and not _under_nominal(req)):
+        return (True,)
+    if forbidden and candidates.none_from_hierarchy:
+        return (False, True)
+    return (True, False)
+
+
+def _fill_back(snapshot: Snapshot, req: Request, targets: list[Target], borrowing: bool) -> list[Target]:
+    kept = list(targets)
+    for i in range(len(targets) - 2, -1, -1):
+        t = targets[i]
+        snapshot.restore(t.aw)
+        if fits(snapshot, req, borrowing):
+            kept.remove(t)
+        else:
+            snapshot.remove(t.aw)
+    return kept
+
+
+def get_targets(snapshot: Snapshot, req: Request) -> list[Target]:
+    """The victims Kueue's classical preemption picks for ``req``, or [] if none work."""
+    policy = req.cq.spec.preemption
+    if policy.within_cluster_queue == NEVER and policy.reclaim_within_cohort == NEVER:
+        return []
+    candidates = Candidates(snapshot, req)
+    for borrowing in attempts(req, candidates):
+        targets: list[Target] = []
+        for cand in candidates:
+            if not _valid(snapshot, req, cand, borrowing):
+                continue
+            snapshot.remove(cand.aw)
+            targets.append(Target(cand))
+            if fits(snapshot, req, borrowing):
+                kept = _fill_back(snapshot, req, targets, borrowing)
+                for t in kept:
+                    snapshot.restore(t.aw)
+                return kept
+        for t in targets:
+            snapshot.restore(t.aw)
+    return []
+
+
+__all__ = ["Target", "attempts", "fits", "get_targets"]

@@ -1,0 +1,291 @@
+"""The quota ledger: the cohort tree with the usage of every workload holding quota, and
+per-queue candidate indexes kept sorted in Kueue's victim order.
+
+A ``Snapshot`` is built once from a ``ClusterState`` and mutated in two ways:
+
+- permanently, with ``admit`` / ``release`` (membership, indexes and usage);
+- temporarily, inside a search, with ``take_usage`` / ``give_usage`` (usage only), always
+  restored before the search returns.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.queues import ClusterQueue, ResourceFlavor
+from gangpreempt.model.workloads import Workload
+from gangpreempt.quota.tree import FR, Node, Quantities, accumulate, add_usage, quotas_of, remove_usage
+
+STOPPED_POLICIES = frozenset({"Hold", "HoldAndDrain"})
+
+
+def _ts(value: datetime | None, default: datetime) -> float:
+    return (value or default).timestamp()
+
+
+class AdmittedWorkload:
+    """A workload holding quota in a ClusterQueue, as the preemption search sees it."""
+
+    __slots__ = (
+        "cq",
+        "evicting",
+        "frs",
+        "key",
+        "order_key",
+        "priority",
+        "queue_order_ts",
+        "ref",
+        "reserved_ts",
+        "uid",
+        "usage",
+        "workload",
+    )
+
+    def __init__(
+        self, workload: Workload, cq: str, priority: int, usage: Quantities, now: datetime
+    ) -> None:
+        self.workload = workload
+        self.key = workload.key
+        self.ref = workload.ref
+        self.cq = cq
+        self.priority = priority
+        self.usage = usage
+        self.frs = frozenset(fr for fr, v in usage.items() if v)
+        self.evicting = workload.is_evicting
+        self.uid = workload.uid or workload.key
+        self.reserved_ts = _ts(workload.quota_reserved_at, now)
+        self.queue_order_ts = _ts(workload.queue_order_time(), now)
+        # Kueue's candidate order inside one queue: lower priority first, then the most
+        # recently admitted, then uid.
+        self.order_key = (priority, -self.reserved_ts, self.uid)
+
+    def __repr__(self) -> str:
+        return f"<AdmittedWorkload {self.ref} p={self.priority}>"
+
+
+class ClusterQueueState:
+    """A ClusterQueue in the snapshot: its spec, its tree node, who holds its quota."""
+
+    __slots__ = ("_index", "inactive_reason", "node", "spec", "workloads")
+
+    def __init__(self, spec: ClusterQueue, node: Node) -> None:
+        self.spec = spec
+        self.node = node
+        self.workloads: dict[str, AdmittedWorkload] = {}
+        self.inactive_reason: str | None = None
+        # (fr, evicting) -> workloads using fr, sorted by order_key
+        self._index: dict[tuple[FR, bool], list[AdmittedWorkload]] = {}
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def covers(self, resource: str) -> bool:
+        return any(resource in g.covered_resources for g in self.spec.resource_groups)
+
+    def _insert(self, aw: AdmittedWorkload) -> None:
+        for fr in aw.frs:
+            lst = self._index.setdefault((fr, aw.evicting), [])
+            bisect.insort(lst, aw, key=_order)
+
+    def _delete(self, aw: AdmittedWorkload) -> None:
+        for fr in aw.frs:
+            lst = self._index[(fr, aw.evicting)]
+            i = bisect.bisect_left(lst, aw.order_key, key=_order)
+            while lst[i] is not aw:
+                i += 1
+            del lst[i]
+
+    def using(self, frs: Iterable[FR], evicting: bool) -> list[list[AdmittedWorkload]]:
+        """The sorted index lists of workloads that use any of ``frs``."""
+        out = []
+        for fr in frs:
+            lst = self._index.get((fr, evicting))
+            if lst:
+                out.append(lst)
+        return out
+
+    def min_priority(self, frs: Iterable[FR]) -> int | None:
+        """The lowest priority among workloads using ``frs`` (KEP-83's fast-path test)."""
+        best: int | None = None
+        for evicting in (True, False):
+            for lst in self.using(frs, evicting):
+                p = lst[0].priority
+                best = p if best is None else min(best, p)
+        return best
+
+
+def _order(aw: AdmittedWorkload) -> tuple[int, float, str]:
+    return aw.order_key
+
+
+class Snapshot:
+    """Quota state for one decision or one admission cycle."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        now: datetime,
+        cqs: dict[str, ClusterQueueState],
+        cohorts: dict[str, Node],
+        warnings: list[str],
+    ) -> None:
+        self.state = state
+        self.now = now
+        self.cqs = cqs
+        self.cohorts = cohorts
+        self.flavors: dict[str, ResourceFlavor] = state.flavors
+        self.warnings = warnings
+        self.admitted: dict[str, AdmittedWorkload] = {}
+
+    # -- building ------------------------------------------------------------------
+    @classmethod
+    def build(cls, state: ClusterState, now: datetime) -> Snapshot:
+        warnings: list[str] = []
+        cohorts: dict[str, Node] = {}
+
+        def cohort_node(name: str) -> Node:
+            node = cohorts.get(name)
+            if node is None:
+                spec = state.cohorts.get(name)
+                quotas = quotas_of(spec.resource_groups) if spec else {}
+                node = Node(name, is_cohort=True, quotas=quotas)
+                cohorts[name] = node
+            return node
+
+        for name in state.cohorts:
+            cohort_node(name)
+        cyclic: set[str] = set()
+        for name, spec in state.cohorts.items():
+            if spec.parent:
+                if _has_cycle(state, name):
+                    cyclic.add(name)
+                    continue
+                child, parent = cohort_node(name), cohort_node(spec.parent)
+                child.parent = parent
+                parent.child_cohorts.append(child)
+
+        cqs: dict[str, ClusterQueueState] = {}
+        for name, spec in state.cluster_queues.items():
+            node = Node(name, is_cohort=False, quotas=quotas_of(spec.resource_groups))
+            cqs[name] = cq = ClusterQueueState(spec, node)
+            if spec.cohort:
+                if spec.cohort in cyclic:
+                    cq.inactive_reason = f"cohort {spec.cohort} is part of a cycle"
+                else:
+                    parent = cohort_node(spec.cohort)
+                    node.parent = parent
+                    parent.child_cqs.append(node)
+            missing = sorted(
+                {
+                    f.name
+                    for g in spec.resource_groups
+                    for f in g.flavors
+                    if f.name not in state.flavors
+                }
+            )
+            if missing:
+                cq.inactive_reason = f"ResourceFlavor {', '.join(missing)} not found"
+            elif spec.stop_policy in STOPPED_POLICIES:
+                cq.inactive_reason = f"stopPolicy is {spec.stop_policy}"
+
+        for node in cohorts.values():
+            if node.parent is None:
+                accumulate(node)
+
+        snap = cls(state, now, cqs, cohorts, warnings)
+        for wl in sorted(state.workloads.values(), key=lambda w: w.key):
+            if not wl.holds_quota or wl.admission is None:
+                continue
+            cq = cqs.get(wl.admission.cluster_queue)
+            if cq is None:
+                warnings.append(
+                    f"{wl.ref} is admitted to ClusterQueue {wl.admission.cluster_queue}, "
+                    "which is not defined: its usage is ignored"
+                )
+                continue
+            snap.admit(AdmittedWorkload(wl, cq.name, state.priority_of(wl), admitted_usage(wl), now))
+        return snap
+
+    # -- permanent changes ---------------------------------------------------------
+    def admit(self, aw: AdmittedWorkload) -> None:
+        cq = self.cqs[aw.cq]
+        cq.workloads[aw.key] = aw
+        cq._insert(aw)
+        self.admitted[aw.key] = aw
+        self.take_usage(cq.node, aw.usage)
+
+    def release(self, aw: AdmittedWorkload) -> None:
+        cq = self.cqs[aw.cq]
+        del cq.workloads[aw.key]
+        cq._delete(aw)
+        del self.admitted[aw.key]
+        self.give_usage(cq.node, aw.usage)
+
+    # -- temporary changes (a search undoes them) ----------------------------------
+    @staticmethod
+    def take_usage(node: Node, usage: Quantities) -> None:
+        for fr, v in usage.items():
+            add_usage(node, fr, v)
+
+    @staticmethod
+    def give_usage(node: Node, usage: Quantities) -> None:
+        for fr, v in usage.items():
+            remove_usage(node, fr, v)
+
+    def remove(self, aw: AdmittedWorkload) -> None:
+        self.give_usage(self.cqs[aw.cq].node, aw.usage)
+
+    def restore(self, aw: AdmittedWorkload) -> None:
+        self.take_usage(self.cqs[aw.cq].node, aw.usage)
+
+    # -- queries -------------------------------------------------------------------
+    def cluster_queues_in_tree(self, cq: ClusterQueueState) -> Iterator[ClusterQueueState]:
+        if cq.node.parent is None:
+            yield cq
+            return
+        for node in cq.node.root().subtree_cluster_queues():
+            yield self.cqs[node.name]
+
+
+def _has_cycle(state: ClusterState, start: str) -> bool:
+    seen = {start}
+    spec = state.cohorts.get(start)
+    while spec is not None and spec.parent:
+        if spec.parent in seen:
+            return True
+        seen.add(spec.parent)
+        spec = state.cohorts.get(spec.parent)
+    return False
+
+
+def admitted_usage(wl: Workload) -> Quantities:
+    """Per flavor-resource usage recorded in a workload's admission."""
+    usage: Quantities = {}
+    if wl.admission is None:
+        return usage
+    pod_sets = {ps.name: ps for ps in wl.pod_sets}
+    for psa in wl.admission.pod_set_assignments:
+        ps = pod_sets.get(psa.name)
+        count = max(0, psa.count - wl.reclaimable_pods.get(psa.name, 0))
+        for res, flavor in psa.flavors.items():
+            if res in psa.resource_usage:
+                v = psa.resource_usage[res]
+                if count != psa.count and psa.count:
+                    # Kueue scales the recorded usage down to the pods still running.
+                    v = v // psa.count * count
+            elif res == "pods":
+                v = count
+            elif ps is not None:
+                v = ps.requests.get(res, 0) * count
+            else:
+                v = 0
+            if v:
+                usage[(flavor, res)] = usage.get((flavor, res), 0) + v
+    return usage
+
+
+__all__ = ["AdmittedWorkload", "ClusterQueueState", "Snapshot", "admitted_usage"]
