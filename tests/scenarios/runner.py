@@ -31,7 +31,11 @@ def bundles() -> list[Path]:
 
 
 def manifest_files(folder: Path) -> list[str]:
-    return sorted(str(p) for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and p.name != "expect.yaml")
+    return sorted(
+        str(p)
+        for p in folder.iterdir()
+        if p.suffix in (".yaml", ".yml") and p.name != "expect.yaml"
+    )
 
 
 def expectation(folder: Path) -> dict[str, Any]:
@@ -47,18 +51,26 @@ def victims_of(d: Decision) -> set[tuple[str, str]]:
 
 def check_decision(d: Decision, exp: dict[str, Any], where: str) -> None:
     if "outcome" in exp:
-        assert d.outcome == exp["outcome"], f"{where}: outcome {d.outcome} ({d.message}), expected {exp['outcome']}"
+        assert d.outcome == exp["outcome"], (
+            f"{where}: outcome {d.outcome} ({d.message}), expected {exp['outcome']}"
+        )
     if "victims" in exp:
         want = {(v["object"], v["reason"]) for v in exp["victims"] or []}
-        assert victims_of(d) == want, f"{where}: victims {sorted(victims_of(d))}, expected {sorted(want)} ({d.message})"
+        assert victims_of(d) == want, (
+            f"{where}: victims {sorted(victims_of(d))}, expected {sorted(want)} ({d.message})"
+        )
     if "mode" in exp:
-        assert d.mode == exp["mode"], f"{where}: mode {d.mode} ({d.message}), expected {exp['mode']}"
+        assert d.mode == exp["mode"], (
+            f"{where}: mode {d.mode} ({d.message}), expected {exp['mode']}"
+        )
     if "flavors" in exp:
         got = {ps: res for ps, res in d.flavors.items() if res}
         want_flavors = {ps: res for ps, res in (exp["flavors"] or {}).items() if res}
         assert got == want_flavors, f"{where}: flavors {got}, expected {want_flavors} ({d.message})"
     if "borrowing" in exp:
-        assert d.borrowing == exp["borrowing"], f"{where}: borrowing {d.borrowing}, expected {exp['borrowing']}"
+        assert d.borrowing == exp["borrowing"], (
+            f"{where}: borrowing {d.borrowing}, expected {exp['borrowing']}"
+        )
 
 
 def replay_assignment(state: ClusterState, now: datetime, exp: dict[str, Any], where: str) -> None:

@@ -13,6 +13,7 @@ from gangpreempt.cli.rendering import print_table
 from gangpreempt.errors import InvalidInput
 from gangpreempt.manifests import load, parse_time
 from gangpreempt.planning import plan as make_plan
+from gangpreempt.planning import state_warnings
 
 EXIT_INVALID = 2
 
@@ -65,14 +66,12 @@ def plan(paths: tuple[str, ...], workload: str | None, now: str | None, output: 
     try:
         clock = _now(now)
         loaded = load(list(paths))
-        for warning in loaded.warnings:
+        for warning in [*loaded.warnings, *state_warnings(loaded.state)]:
             click.echo(f"warning: {warning}", err=True)
         result = make_plan(loaded.state, clock, workload)
     except InvalidInput as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_INVALID)
-    for warning in result.warnings[len(loaded.warnings) :]:
-        click.echo(f"warning: {warning}", err=True)
     if output == "json":
         click.echo(msgspec.json.format(msgspec.json.encode(result), indent=2).decode())
     else:

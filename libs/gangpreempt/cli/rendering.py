@@ -11,15 +11,22 @@ _STYLE = {ADMIT: "green", PREEMPT: "yellow"}
 
 
 def print_table(plan: Plan, console: Console | None = None) -> None:
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=200)
     table = Table(title=f"gangpreempt plan at {plan.now}", show_lines=True)
     for column in ("Preemptor", "Queue", "Mode", "Outcome", "Flavors", "Borrow", "Victims", "Why"):
         table.add_column(column, overflow="fold")
     for d in plan.decisions:
         flavors = "; ".join(
-            f"{ps}: " + ", ".join(f"{r}={f}" for r, f in res.items()) for ps, res in d.flavors.items() if res
+            f"{ps}: " + ", ".join(f"{r}={f}" for r, f in res.items())
+            for ps, res in d.flavors.items()
+            if res
         )
-        victims = "\n".join(f"{v.object} ({v.reason}{', evicting' if v.evicting else ''})" for v in d.victims)
+        victims = "\n".join(
+            f"{v.object} ({v.reason}{', evicting' if v.evicting else ''})" for v in d.victims
+        )
         style = _STYLE.get(d.outcome, "red")
         table.add_row(
             d.preemptor,
@@ -35,7 +42,10 @@ def print_table(plan: Plan, console: Console | None = None) -> None:
     counts: dict[str, int] = {}
     for d in plan.decisions:
         counts[d.outcome] = counts.get(d.outcome, 0) + 1
-    summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "no pending workloads"
+    summary = (
+        ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+        or "no pending workloads"
+    )
     console.print(f"{len(plan.decisions)} decisions: {summary}")
 
 

@@ -7,13 +7,13 @@ from gangpreempt.model.queues import PriorityClass
 
 
 def priority_class(name: str, obj: Fields) -> PriorityClass:
-    value = obj.int("value")
+    value = obj.integer("value")
     if value is None:
         obj.fail("value", "required field is missing")
     return PriorityClass(
         name=name,
         value=value,
-        global_default=obj.bool("globalDefault", False),
+        global_default=obj.flag("globalDefault", False),
         preemption_policy=obj.enum(
             "preemptionPolicy", ("PreemptLowerPriority", "Never"), "PreemptLowerPriority"
         ),

@@ -23,7 +23,9 @@ class Where:
         self.obj = obj
         self.prefix = prefix
 
-    def error(self, path: str, message: str, container: Any = None, key: Any = None) -> ManifestError:
+    def error(
+        self, path: str, message: str, container: Any = None, key: Any = None
+    ) -> ManifestError:
         return ManifestError(
             self.file,
             message,
@@ -101,7 +103,7 @@ class Fields:
                 raise self.where.error(path, f"expected a mapping, got {describe(item)}", value, i)
             yield Fields(self.where, item, path)
 
-    def str(self, key: str, default: str | None = None, required: bool = False) -> str:
+    def text(self, key: str, default: str | None = None, required: bool = False) -> str:
         value = self.data.get(key)
         if value is None:
             if required or default is None:
@@ -113,7 +115,7 @@ class Fields:
             self.fail(key, "must not be empty")
         return value
 
-    def opt_str(self, key: str) -> str | None:
+    def opt_text(self, key: str) -> str | None:
         value = self.data.get(key)
         if value is None or value == "":
             return None
@@ -121,15 +123,17 @@ class Fields:
             self.fail(key, f"expected a string, got {describe(value)}")
         return value
 
-    def strs(self, key: str, required: bool = False) -> tuple[str, ...]:
+    def texts(self, key: str, required: bool = False) -> tuple[str, ...]:
         out = []
         for i, item, path in self.items(key, required):
             if not isinstance(item, str):
-                raise self.where.error(path, f"expected a string, got {describe(item)}", self.data[key], i)
+                raise self.where.error(
+                    path, f"expected a string, got {describe(item)}", self.data[key], i
+                )
             out.append(item)
         return tuple(out)
 
-    def str_map(self, key: str) -> dict[str, str]:
+    def text_map(self, key: str) -> dict[str, str]:
         value = self.data.get(key)
         if value is None:
             return {}
@@ -138,11 +142,18 @@ class Fields:
         out: dict[str, str] = {}
         for k, v in value.items():
             if isinstance(v, bool) or not isinstance(v, str | int | float):
-                raise self.where.error(join(join(self.path, key), str(k)), f"expected a string, got {describe(v)}", value, k)
+                raise self.where.error(
+                    join(join(self.path, key), str(k)),
+                    f"expected a string, got {describe(v)}",
+                    value,
+                    k,
+                )
             out[str(k)] = v if isinstance(v, str) else str(v)
         return out
 
-    def int(self, key: str, *, minimum: int | None = None, what: str | None = None) -> int | None:
+    def integer(
+        self, key: str, *, minimum: int | None = None, what: str | None = None
+    ) -> int | None:
         value = self.data.get(key)
         if value is None:
             return None
@@ -155,7 +166,7 @@ class Fields:
         assert isinstance(value, int)
         return value
 
-    def bool(self, key: str, default: bool) -> bool:
+    def flag(self, key: str, default: bool) -> bool:
         value = self.data.get(key)
         if value is None:
             return default

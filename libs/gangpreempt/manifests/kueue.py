@@ -51,7 +51,7 @@ _PRIORITY_REF_KINDS = {
 def resource_flavor(name: str, spec: Fields) -> ResourceFlavor:
     return ResourceFlavor(
         name=name,
-        node_labels=spec.str_map("nodeLabels"),
+        node_labels=spec.text_map("nodeLabels"),
         node_taints=taints(spec, "nodeTaints"),
         tolerations=tolerations(spec),
     )
@@ -60,12 +60,12 @@ def resource_flavor(name: str, spec: Fields) -> ResourceFlavor:
 def resource_groups(spec: Fields) -> tuple[ResourceGroup, ...]:
     groups = []
     for g in spec.maps("resourceGroups"):
-        covered = g.strs("coveredResources", required=True)
+        covered = g.texts("coveredResources", required=True)
         flavors = []
         for f in g.maps("flavors", required=True):
             resources: dict[str, ResourceQuota] = {}
             for r in f.maps("resources", required=True):
-                res = r.str("name", required=True)
+                res = r.text("name", required=True)
                 if res not in covered:
                     r.fail("name", f"resource {res} is not in the group's coveredResources")
                 nominal = r.amount("nominalQuota", res)
@@ -74,7 +74,7 @@ def resource_groups(spec: Fields) -> tuple[ResourceGroup, ...]:
                     borrowing_limit=r.amount("borrowingLimit", res),
                     lending_limit=r.amount("lendingLimit", res),
                 )
-            flavors.append(FlavorQuotas(name=f.str("name", required=True), resources=resources))
+            flavors.append(FlavorQuotas(name=f.text("name", required=True), resources=resources))
         groups.append(ResourceGroup(covered_resources=covered, flavors=tuple(flavors)))
     return tuple(groups)
 
@@ -104,7 +104,7 @@ def _preemption(spec: Fields) -> Preemption:
         borrow_within_cohort=(
             borrow.enum("policy", (NEVER, LOWER_PRIORITY), default=NEVER) if borrow else NEVER
         ),
-        max_priority_threshold=borrow.int("maxPriorityThreshold") if borrow else None,
+        max_priority_threshold=borrow.integer("maxPriorityThreshold") if borrow else None,
     )
 
 
@@ -128,7 +128,7 @@ def _fungibility(spec: Fields) -> FlavorFungibility:
 
 
 def cluster_queue(name: str, spec: Fields) -> ClusterQueue:
-    cohort = spec.opt_str("cohortName") or spec.opt_str("cohort")
+    cohort = spec.opt_text("cohortName") or spec.opt_text("cohort")
     return ClusterQueue(
         name=name,
         cohort=cohort,
@@ -145,7 +145,7 @@ def cluster_queue(name: str, spec: Fields) -> ClusterQueue:
 def cohort(name: str, spec: Fields) -> Cohort:
     return Cohort(
         name=name,
-        parent=spec.opt_str("parentName") or spec.opt_str("parent"),
+        parent=spec.opt_text("parentName") or spec.opt_text("parent"),
         resource_groups=resource_groups(spec),
     )
 
@@ -154,13 +154,13 @@ def local_queue(namespace: str, name: str, spec: Fields) -> LocalQueue:
     return LocalQueue(
         namespace=namespace,
         name=name,
-        cluster_queue=spec.str("clusterQueue", required=True),
+        cluster_queue=spec.text("clusterQueue", required=True),
         stop_policy=spec.enum("stopPolicy", STOP_POLICIES, "None"),
     )
 
 
 def workload_priority_class(name: str, obj: Fields) -> WorkloadPriorityClass:
-    value = obj.int("value")
+    value = obj.integer("value")
     if value is None:
         obj.fail("value", "required field is missing")
     return WorkloadPriorityClass(name=name, value=value)
@@ -169,37 +169,37 @@ def workload_priority_class(name: str, obj: Fields) -> WorkloadPriorityClass:
 def _priority_class_ref(spec: Fields) -> PriorityClassRef | None:
     ref = spec.map("priorityClassRef")
     if ref is not None:
-        group = ref.str("group", default="kueue.x-k8s.io")
-        kind = ref.str("kind", default="WorkloadPriorityClass")
+        group = ref.text("group", default="kueue.x-k8s.io")
+        kind = ref.text("kind", default="WorkloadPriorityClass")
         resolved = _PRIORITY_REF_KINDS.get((group, kind))
         if resolved is None:
             ref.fail("kind", f"unsupported priority class reference {group}/{kind}")
-        return PriorityClassRef(kind=resolved, name=ref.str("name", required=True))
-    name = spec.opt_str("priorityClassName")
+        return PriorityClassRef(kind=resolved, name=ref.text("name", required=True))
+    name = spec.opt_text("priorityClassName")
     if name is None:
         return None
-    source = spec.opt_str("priorityClassSource")
+    source = spec.opt_text("priorityClassSource")
     if source is None:
         return PriorityClassRef(kind=WORKLOAD_PRIORITY_CLASS, name=name)
-    kind = _PRIORITY_SOURCES.get(source)
-    if kind is None:
+    source_kind = _PRIORITY_SOURCES.get(source)
+    if source_kind is None:
         spec.fail(
             "priorityClassSource", f"expected one of {', '.join(_PRIORITY_SOURCES)}, got {source!r}"
         )
-    return PriorityClassRef(kind=kind, name=name)
+    return PriorityClassRef(kind=source_kind, name=name)
 
 
 def _pod_sets(spec: Fields) -> tuple[PodSet, ...]:
     pod_sets = []
     seen: set[str] = set()
     for ps in spec.maps("podSets", required=True):
-        name = ps.str("name", default="main")
+        name = ps.text("name", default="main")
         if name in seen:
             ps.fail("name", f"duplicate pod set name {name!r}")
         seen.add(name)
-        count = ps.int("count", minimum=0, what="a positive integer or zero")
+        count = ps.integer("count", minimum=0, what="a positive integer or zero")
         count = 1 if count is None else count
-        min_count = ps.int("minCount", minimum=1, what="a positive integer")
+        min_count = ps.integer("minCount", minimum=1, what="a positive integer")
         if min_count is not None and min_count > count:
             ps.fail("minCount", f"must not exceed count ({count}), got {min_count}")
         template = ps.map("template", required=True)
@@ -227,29 +227,30 @@ def _admission(status: Fields, pod_sets: tuple[PodSet, ...]) -> Admission | None
     counts = {ps.name: ps.count for ps in pod_sets}
     assignments = []
     for psa in adm.maps("podSetAssignments"):
-        name = psa.str("name", default="main")
+        name = psa.text("name", default="main")
         if name not in counts:
             psa.fail("name", f"no pod set named {name!r} in spec.podSets")
-        count = psa.int("count", minimum=0, what="a positive integer or zero")
+        count = psa.integer("count", minimum=0, what="a positive integer or zero")
         assignments.append(
             PodSetAssignment(
                 name=name,
-                flavors=psa.str_map("flavors"),
+                flavors=psa.text_map("flavors"),
                 resource_usage=psa.amounts("resourceUsage"),
                 count=counts[name] if count is None else count,
             )
         )
     return Admission(
-        cluster_queue=adm.str("clusterQueue", required=True), pod_set_assignments=tuple(assignments)
+        cluster_queue=adm.text("clusterQueue", required=True),
+        pod_set_assignments=tuple(assignments),
     )
 
 
 def _conditions(status: Fields) -> tuple[Condition, ...]:
     return tuple(
         Condition(
-            type=c.str("type", required=True),
+            type=c.text("type", required=True),
             status=c.enum("status", ("True", "False", "Unknown"), default="Unknown"),
-            reason=c.str("reason", default=""),
+            reason=c.text("reason", default=""),
             last_transition_time=c.time("lastTransitionTime"),
         )
         for c in status.maps("conditions")
@@ -261,16 +262,16 @@ def workload(meta: Fields, namespace: str, name: str, spec: Fields, status: Fiel
     return Workload(
         namespace=namespace,
         name=name,
-        uid=meta.str("uid", default=""),
+        uid=meta.text("uid", default=""),
         resource_version=str(meta.raw("resourceVersion") or ""),
-        queue_name=spec.str("queueName", default=""),
-        priority=spec.int("priority"),
+        queue_name=spec.text("queueName", default=""),
+        priority=spec.integer("priority"),
         priority_class=_priority_class_ref(spec),
         creation_timestamp=meta.time("creationTimestamp"),
         pod_sets=pod_sets,
         admission=_admission(status, pod_sets),
         conditions=_conditions(status),
-        active=spec.bool("active", True),
+        active=spec.flag("active", True),
         reclaimable_pods=_reclaimable(status),
     )
 
@@ -278,8 +279,8 @@ def workload(meta: Fields, namespace: str, name: str, spec: Fields, status: Fiel
 def _reclaimable(status: Fields) -> dict[str, int]:
     out: dict[str, int] = {}
     for rp in status.maps("reclaimablePods"):
-        count = rp.int("count", minimum=0, what="a positive integer or zero")
-        out[rp.str("name", default="main")] = count or 0
+        count = rp.integer("count", minimum=0, what="a positive integer or zero")
+        out[rp.text("name", default="main")] = count or 0
     return out
 
 

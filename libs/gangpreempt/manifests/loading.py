@@ -14,7 +14,13 @@ from gangpreempt.manifests.yamlio import documents, line_of, yaml_files
 from gangpreempt.model.cluster import ClusterState
 
 KUEUE_VERSIONS = ("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1alpha1")
-CLUSTER_SCOPED = {"ResourceFlavor", "ClusterQueue", "Cohort", "WorkloadPriorityClass", "PriorityClass"}
+CLUSTER_SCOPED = {
+    "ResourceFlavor",
+    "ClusterQueue",
+    "Cohort",
+    "WorkloadPriorityClass",
+    "PriorityClass",
+}
 
 
 class Loaded(msgspec.Struct):
@@ -46,21 +52,29 @@ class _Reader:
         prefix = where.prefix
         if not isinstance(doc, Mapping):
             raise where.error(
-                prefix, f"expected a Kubernetes object (a mapping), got {describe(doc)}", container, key
+                prefix,
+                f"expected a Kubernetes object (a mapping), got {describe(doc)}",
+                container,
+                key,
             )
         top = Fields(where, doc, prefix)
-        kind = top.str("kind", required=True)
-        api_version = top.str("apiVersion", required=True)
-        if kind == "List" or kind.endswith("List") and isinstance(doc.get("items"), list):
+        kind = top.text("kind", required=True)
+        api_version = top.text("apiVersion", required=True)
+        if kind == "List" or (kind.endswith("List") and isinstance(doc.get("items"), list)):
             items = doc.get("items") or []
             for i, item in enumerate(items):
-                item_where = Where(where.file, where.document, None, f"{prefix}items[{i}]" if not prefix else f"{prefix}.items[{i}]")
+                item_where = Where(
+                    where.file,
+                    where.document,
+                    None,
+                    f"{prefix}items[{i}]" if not prefix else f"{prefix}.items[{i}]",
+                )
                 self._object(item, item_where, items, i)
             return
         meta = top.map("metadata", required=True)
         assert meta is not None
-        name = meta.str("name", required=True)
-        namespace = meta.str("namespace", default="default")
+        name = meta.text("name", required=True)
+        namespace = meta.text("namespace", default="default")
         where.obj = f"{kind} {name}" if kind in CLUSTER_SCOPED else f"{kind} {namespace}/{name}"
         spec = top.map_or_empty("spec")
         st = self.state

@@ -69,8 +69,8 @@ def taints(f: Fields, key: str) -> tuple[Taint, ...]:
     for t in f.maps(key):
         out.append(
             Taint(
-                key=t.str("key", required=True),
-                value=t.str("value", default=""),
+                key=t.text("key", required=True),
+                value=t.text("value", default=""),
                 effect=t.enum("effect", TAINT_EFFECTS, default="NoSchedule"),
             )
         )
@@ -82,11 +82,11 @@ def tolerations(f: Fields, key: str = "tolerations") -> tuple[Toleration, ...]:
     for t in f.maps(key):
         out.append(
             Toleration(
-                key=t.str("key", default=""),
+                key=t.text("key", default=""),
                 operator=t.enum("operator", ("Equal", "Exists"), default="Equal"),
-                value=t.str("value", default=""),
-                effect=t.str("effect", default=""),
-                toleration_seconds=t.int("tolerationSeconds"),
+                value=t.text("value", default=""),
+                effect=t.text("effect", default=""),
+                toleration_seconds=t.integer("tolerationSeconds"),
             )
         )
     return tuple(out)
@@ -105,9 +105,9 @@ def _terms(affinity: Fields | None) -> tuple[NodeSelectorTerm, ...] | None:
     for term in required.maps("nodeSelectorTerms"):
         reqs = tuple(
             NodeSelectorRequirement(
-                key=e.str("key", required=True),
+                key=e.text("key", required=True),
                 operator=e.enum("operator", SELECTOR_OPERATORS, default="In"),
-                values=e.strs("values"),
+                values=e.texts("values"),
             )
             for e in term.maps("matchExpressions")
         )
@@ -117,7 +117,7 @@ def _terms(affinity: Fields | None) -> tuple[NodeSelectorTerm, ...] | None:
 
 def constraints(spec: Fields) -> SchedulingConstraints:
     return SchedulingConstraints(
-        node_selector=spec.str_map("nodeSelector"),
+        node_selector=spec.text_map("nodeSelector"),
         tolerations=tolerations(spec),
         affinity_terms=_terms(spec.map("affinity")),
     )

@@ -81,8 +81,10 @@ class SchedulingConstraints(msgspec.Struct, frozen=True):
     affinity_terms: tuple[NodeSelectorTerm, ...] | None = None
 
     def first_untolerated(
-        self, taints: Iterable[Taint], extra: Iterable[Toleration] = (), effects: frozenset[str]
-        = frozenset({"NoSchedule", "NoExecute"})
+        self,
+        taints: Iterable[Taint],
+        extra: Iterable[Toleration] = (),
+        effects: frozenset[str] = frozenset({"NoSchedule", "NoExecute"}),
     ) -> Taint | None:
         tolerations = (*self.tolerations, *extra)
         for taint in taints:
@@ -92,7 +94,9 @@ class SchedulingConstraints(msgspec.Struct, frozen=True):
                 return taint
         return None
 
-    def matches_labels(self, labels: Mapping[str, str], only_keys: frozenset[str] | None = None) -> bool:
+    def matches_labels(
+        self, labels: Mapping[str, str], only_keys: frozenset[str] | None = None
+    ) -> bool:
         """Does a node (or flavor) with ``labels`` satisfy the selector and required affinity?
 
         With ``only_keys``, constraints on other keys are ignored, as Kueue does when it

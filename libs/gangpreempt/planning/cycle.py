@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gangpreempt.model.queues import STRICT_FIFO
-from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.deciding import (
     Evaluation,
     can_always_reclaim,
@@ -32,6 +31,7 @@ from gangpreempt.planning.deciding import (
     not_considered,
     unavailable,
 )
+from gangpreempt.planning.decisions import Decision
 from gangpreempt.quota.modes import Mode
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import ClusterQueueState, Snapshot
@@ -164,10 +164,14 @@ class AdmissionPass:
             snap.restore(t.aw)
         return ok
 
-    def _pending(self, queue: _Queue, ev: Evaluation, message: str | None, *, strict_only: bool) -> None:
+    def _pending(
+        self, queue: _Queue, ev: Evaluation, message: str | None, *, strict_only: bool
+    ) -> None:
         self.decisions.append(decision(ev, override=message) if message else decision(ev))
         if not strict_only or queue.cq.spec.queueing_strategy == STRICT_FIFO:
-            queue.blocked = f"waiting behind {ev.pending.ref} at the head of ClusterQueue {queue.cq.name}"
+            queue.blocked = (
+                f"waiting behind {ev.pending.ref} at the head of ClusterQueue {queue.cq.name}"
+            )
 
 
 def admission_pass(snapshot: Snapshot) -> list[Decision]:

@@ -20,7 +20,11 @@ class Evaluation:
     __slots__ = ("assignment", "cq", "pending", "targets")
 
     def __init__(
-        self, pending: PendingWorkload, cq: ClusterQueueState, assignment: Assignment, targets: list[Target]
+        self,
+        pending: PendingWorkload,
+        cq: ClusterQueueState,
+        assignment: Assignment,
+        targets: list[Target],
     ) -> None:
         self.pending = pending
         self.cq = cq
@@ -84,7 +88,9 @@ def _preempt_message(ev: Evaluation) -> str:
     if own:
         lower = all(t.aw.priority < ev.pending.priority for t in own)
         which = "lower priority" if lower else "lower or equal priority"
-        parts.append(f"evicts {plural(len(own), 'workload')} of {which} in ClusterQueue {ev.cq.name}")
+        parts.append(
+            f"evicts {plural(len(own), 'workload')} of {which} in ClusterQueue {ev.cq.name}"
+        )
     if cohort:
         root = ev.cq.node.root().name
         queues = sorted({t.aw.cq for t in cohort})
@@ -142,7 +148,6 @@ def decision(ev: Evaluation, override: str | None = None) -> Decision:
         victims=victims,
         placement={},
         message=message,
-        priority=ev.pending.priority,
     )
 
 
@@ -157,8 +162,14 @@ def not_considered(pending: PendingWorkload, reason: str) -> Decision:
         victims=[],
         placement={},
         message=reason,
-        priority=pending.priority,
     )
 
 
-__all__ = ["Evaluation", "can_always_reclaim", "decision", "evaluate", "not_considered", "unavailable"]
+__all__ = [
+    "Evaluation",
+    "can_always_reclaim",
+    "decision",
+    "evaluate",
+    "not_considered",
+    "unavailable",
+]

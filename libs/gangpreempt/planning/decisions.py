@@ -28,13 +28,11 @@ class Decision(msgspec.Struct):
     victims: list[Victim]
     placement: dict[str, str]
     message: str
-    priority: int = 0
 
 
 class Plan(msgspec.Struct):
     now: str
     decisions: list[Decision]
-    warnings: list[str] = msgspec.field(default_factory=list)
 
 
 def plural(n: int, word: str) -> str:

@@ -28,18 +28,18 @@ def parse_object_ref(text: str) -> tuple[str, str, str]:
     kind, namespace, name = parts
     if kind not in SUPPORTED_KINDS:
         raise InvalidInput(
-            f"--workload: kind {kind!r} is not supported; expected one of {', '.join(SUPPORTED_KINDS)}"
+            f"--workload: kind {kind!r} is not supported; "
+            f"expected one of {', '.join(SUPPORTED_KINDS)}"
         )
     return kind, namespace, name
 
 
-def plan(state: ClusterState, now: datetime, workload: str | None = None, warnings: list[str] | None = None) -> Plan:
+def plan(state: ClusterState, now: datetime, workload: str | None = None) -> Plan:
     """Decisions for one pending workload (``KIND/NAMESPACE/NAME``, evaluated alone as the
     head of its queue) or, without one, for every pending workload in one admission pass."""
     snapshot = Snapshot.build(state, now)
-    notes = [*(warnings or []), *snapshot.warnings]
     if workload is None:
-        return Plan(now=rfc3339(now), decisions=admission_pass(snapshot), warnings=notes)
+        return Plan(now=rfc3339(now), decisions=admission_pass(snapshot))
     _kind, namespace, name = parse_object_ref(workload)
     wl = state.workloads.get(f"{namespace}/{name}")
     if wl is None:
@@ -47,12 +47,26 @@ def plan(state: ClusterState, now: datetime, workload: str | None = None, warnin
     if not wl.is_pending:
         where = f" in ClusterQueue {wl.admission.cluster_queue}" if wl.admission else ""
         state_text = "holds quota" + where if wl.holds_quota else "is finished or inactive"
-        raise InvalidInput(f"--workload: Workload {namespace}/{name} is not pending (it {state_text})")
+        raise InvalidInput(
+            f"--workload: Workload {namespace}/{name} is not pending (it {state_text})"
+        )
     pending = PendingWorkload.of(state, wl, now)
     reason = unavailable(snapshot, pending)
     if reason is not None:
-        return Plan(now=rfc3339(now), decisions=[not_considered(pending, reason)], warnings=notes)
-    return Plan(now=rfc3339(now), decisions=[decision(evaluate(snapshot, pending))], warnings=notes)
+        return Plan(now=rfc3339(now), decisions=[not_considered(pending, reason)])
+    return Plan(now=rfc3339(now), decisions=[decision(evaluate(snapshot, pending))])
 
 
-__all__ = ["parse_object_ref", "plan", "rfc3339"]
+def state_warnings(state: ClusterState) -> list[str]:
+    """What in ``state`` will be ignored (e.g. usage admitted to an undefined queue)."""
+    return [
+        f"{wl.ref} is admitted to ClusterQueue {wl.admission.cluster_queue}, which is not "
+        "defined: its usage is ignored"
+        for wl in sorted(state.workloads.values(), key=lambda w: w.key)
+        if wl.holds_quota
+        and wl.admission
+        and wl.admission.cluster_queue not in state.cluster_queues
+    ]
+
+
+__all__ = ["parse_object_ref", "plan", "rfc3339", "state_warnings"]

@@ -65,7 +65,11 @@ class Request:
     __slots__ = ("cq", "frs", "preemptor", "usage")
 
     def __init__(
-        self, preemptor: PendingWorkload, cq: ClusterQueueState, frs: frozenset[FR], usage: Quantities
+        self,
+        preemptor: PendingWorkload,
+        cq: ClusterQueueState,
+        frs: frozenset[FR],
+        usage: Quantities,
     ) -> None:
         self.preemptor = preemptor
         self.cq = cq
@@ -113,7 +117,9 @@ class Classifier:
             return Variant.HIERARCHICAL_RECLAIM
         if not self.borrow_allowed:
             return Variant.RECLAIM_WITHOUT_BORROWING
-        if aw.priority >= self.priority or (self.threshold is not None and aw.priority > self.threshold):
+        if aw.priority >= self.priority or (
+            self.threshold is not None and aw.priority > self.threshold
+        ):
             return Variant.RECLAIM_WITHOUT_BORROWING
         return Variant.RECLAIM_WHILE_BORROWING
 
@@ -214,14 +220,22 @@ class Candidates:
         self.req = req
         classifier = Classifier(req)
         hierarchy, priority = cohort_sources(snapshot, req)
-        own = [Source(req.cq, None, False)] if req.cq.spec.preemption.within_cluster_queue != NEVER else []
+        own = (
+            [Source(req.cq, None, False)]
+            if req.cq.spec.preemption.within_cluster_queue != NEVER
+            else []
+        )
         cohort_policy = req.cq.spec.preemption.reclaim_within_cohort
         within_policy = req.cq.spec.preemption.within_cluster_queue
         frs = req.frs
         self._streams: list[Iterator[Candidate]] = []
         self._firsts: list[Candidate | None] = []
         for evicting in (True, False):
-            for sources, policy in ((hierarchy, cohort_policy), (priority, cohort_policy), (own, within_policy)):
+            for sources, policy in (
+                (hierarchy, cohort_policy),
+                (priority, cohort_policy),
+                (own, within_policy),
+            ):
                 stream = _stream(sources, frs, evicting, classifier, policy)
                 self._streams.append(stream)
                 self._firsts.append(next(stream, None))

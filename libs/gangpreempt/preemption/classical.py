@@ -9,7 +9,13 @@ set that makes the preemptor fit, or no victims at all.
 from __future__ import annotations
 
 from gangpreempt.model.queues import NEVER
-from gangpreempt.preemption.candidates import Candidate, Candidates, Request, Variant, borrow_within_cohort
+from gangpreempt.preemption.candidates import (
+    Candidate,
+    Candidates,
+    Request,
+    Variant,
+    borrow_within_cohort,
+)
 from gangpreempt.quota.snapshot import Snapshot
 from gangpreempt.quota.tree import cq_available
 
@@ -69,7 +75,9 @@ def attempts(req: Request, candidates: Candidates) -> tuple[bool, ...]:
     return (True, False)
 
 
-def _fill_back(snapshot: Snapshot, req: Request, targets: list[Target], borrowing: bool) -> list[Target]:
+def _fill_back(
+    snapshot: Snapshot, req: Request, targets: list[Target], borrowing: bool
+) -> list[Target]:
     kept = list(targets)
     for i in range(len(targets) - 2, -1, -1):
         t = targets[i]
@@ -81,11 +89,26 @@ def _fill_back(snapshot: Snapshot, req: Request, targets: list[Target], borrowin
     return kept
 
 
+class Search:
+    """The victims found and the pass that found them (borrowing allowed or not): the set
+    is minimal for that pass's fit test."""
+
+    __slots__ = ("allow_borrowing", "targets")
+
+    def __init__(self, targets: list[Target], allow_borrowing: bool) -> None:
+        self.targets = targets
+        self.allow_borrowing = allow_borrowing
+
+
 def get_targets(snapshot: Snapshot, req: Request) -> list[Target]:
     """The victims Kueue's classical preemption picks for ``req``, or [] if none work."""
+    return search(snapshot, req).targets
+
+
+def search(snapshot: Snapshot, req: Request) -> Search:
     policy = req.cq.spec.preemption
     if policy.within_cluster_queue == NEVER and policy.reclaim_within_cohort == NEVER:
-        return []
+        return Search([], True)
     candidates = Candidates(snapshot, req)
     for borrowing in attempts(req, candidates):
         targets: list[Target] = []
@@ -98,10 +121,10 @@ def get_targets(snapshot: Snapshot, req: Request) -> list[Target]:
                 kept = _fill_back(snapshot, req, targets, borrowing)
                 for t in kept:
                     snapshot.restore(t.aw)
-                return kept
+                return Search(kept, borrowing)
         for t in targets:
             snapshot.restore(t.aw)
-    return []
+    return Search([], True)
 
 
-__all__ = ["Target", "attempts", "fits", "get_targets"]
+__all__ = ["Search", "Target", "attempts", "fits", "get_targets", "search"]

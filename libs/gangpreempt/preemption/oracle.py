@@ -13,7 +13,9 @@ from gangpreempt.quota.tree import FR, lowest_fitting_subtree
 
 
 def oracle_for(snapshot: Snapshot) -> Oracle:
-    def simulate(cq: ClusterQueueState, wl: PendingWorkload, fr: FR, quantity: int) -> tuple[Possibility, int]:
+    def simulate(
+        cq: ClusterQueueState, wl: PendingWorkload, fr: FR, quantity: int
+    ) -> tuple[Possibility, int]:
         targets = get_targets(snapshot, Request(wl, cq, frozenset({fr}), {fr: quantity}))
         if not targets:
             return Possibility.NO_CANDIDATES, lowest_fitting_subtree(cq.node, fr, quantity)[0]

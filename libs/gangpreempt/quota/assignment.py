@@ -14,10 +14,24 @@ from collections.abc import Callable, Mapping
 from gangpreempt.model.quantity import format_amount
 from gangpreempt.model.queues import NEVER, ResourceFlavor, ResourceGroup
 from gangpreempt.model.workloads import PodSet
-from gangpreempt.quota.modes import BEST, WORST, Granular, Mode, Possibility, preferred, try_next_flavor
+from gangpreempt.quota.modes import (
+    BEST,
+    WORST,
+    Granular,
+    Mode,
+    Possibility,
+    preferred,
+    try_next_flavor,
+)
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import ClusterQueueState, Snapshot
-from gangpreempt.quota.tree import FR, Quantities, cq_available, lowest_fitting_subtree, potential_available
+from gangpreempt.quota.tree import (
+    FR,
+    Quantities,
+    cq_available,
+    lowest_fitting_subtree,
+    potential_available,
+)
 
 # (cluster queue, workload, flavor-resource, quantity) -> (possibility, borrowing after)
 Oracle = Callable[[ClusterQueueState, PendingWorkload, FR, int], tuple[Possibility, int]]
@@ -66,7 +80,9 @@ class Assignment:
         return min(ps.mode for ps in self.pod_sets)
 
     def flavors(self) -> dict[str, dict[str, str]]:
-        return {ps.name: {r: c.flavor for r, c in sorted(ps.flavors.items())} for ps in self.pod_sets}
+        return {
+            ps.name: {r: c.flavor for r, c in sorted(ps.flavors.items())} for ps in self.pod_sets
+        }
 
     def needing_preemption(self) -> frozenset[FR]:
         return frozenset(
@@ -81,7 +97,9 @@ class Assignment:
         for ps in self.pod_sets:
             if ps.mode is Mode.Fit or not ps.reasons:
                 continue
-            parts.append(f"couldn't assign flavors to pod set {ps.name}: {', '.join(sorted(ps.reasons))}")
+            parts.append(
+                f"couldn't assign flavors to pod set {ps.name}: {', '.join(sorted(ps.reasons))}"
+            )
         return "; ".join(parts)
 
     def _append(self, ps: PodSetAssignment) -> None:
@@ -238,7 +256,8 @@ class FlavorAssigner:
             if usage.get(fr, 0) + probe[res] > cap:
                 return (
                     f"insufficient quota for {res} in flavor {flavor}, one pod "
-                    f"({format_amount(res, probe[res])}) > maximum capacity ({format_amount(res, cap)})"
+                    f"({format_amount(res, probe[res])}) > maximum capacity "
+                    f"({format_amount(res, cap)})"
                 )
         return None
 
@@ -272,4 +291,11 @@ class FlavorAssigner:
         return Possibility.NO_FIT, borrow, why
 
 
-__all__ = ["Assignment", "FlavorAssigner", "FlavorChoice", "Oracle", "PodSetAssignment", "pod_set_requests"]
+__all__ = [
+    "Assignment",
+    "FlavorAssigner",
+    "FlavorChoice",
+    "Oracle",
+    "PodSetAssignment",
+    "pod_set_requests",
+]

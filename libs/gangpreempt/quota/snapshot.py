@@ -17,7 +17,15 @@ from datetime import datetime
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.queues import ClusterQueue, ResourceFlavor
 from gangpreempt.model.workloads import Workload
-from gangpreempt.quota.tree import FR, Node, Quantities, accumulate, add_usage, quotas_of, remove_usage
+from gangpreempt.quota.tree import (
+    FR,
+    Node,
+    Quantities,
+    accumulate,
+    add_usage,
+    quotas_of,
+    remove_usage,
+)
 
 STOPPED_POLICIES = frozenset({"Hold", "HoldAndDrain"})
 
@@ -131,20 +139,17 @@ class Snapshot:
         now: datetime,
         cqs: dict[str, ClusterQueueState],
         cohorts: dict[str, Node],
-        warnings: list[str],
     ) -> None:
         self.state = state
         self.now = now
         self.cqs = cqs
         self.cohorts = cohorts
         self.flavors: dict[str, ResourceFlavor] = state.flavors
-        self.warnings = warnings
         self.admitted: dict[str, AdmittedWorkload] = {}
 
     # -- building ------------------------------------------------------------------
     @classmethod
     def build(cls, state: ClusterState, now: datetime) -> Snapshot:
-        warnings: list[str] = []
         cohorts: dict[str, Node] = {}
 
         def cohort_node(name: str) -> Node:
@@ -159,12 +164,12 @@ class Snapshot:
         for name in state.cohorts:
             cohort_node(name)
         cyclic: set[str] = set()
-        for name, spec in state.cohorts.items():
-            if spec.parent:
+        for name, cohort_spec in state.cohorts.items():
+            if cohort_spec.parent:
                 if _has_cycle(state, name):
                     cyclic.add(name)
                     continue
-                child, parent = cohort_node(name), cohort_node(spec.parent)
+                child, parent = cohort_node(name), cohort_node(cohort_spec.parent)
                 child.parent = parent
                 parent.child_cohorts.append(child)
 
@@ -196,18 +201,16 @@ class Snapshot:
             if node.parent is None:
                 accumulate(node)
 
-        snap = cls(state, now, cqs, cohorts, warnings)
+        snap = cls(state, now, cqs, cohorts)
         for wl in sorted(state.workloads.values(), key=lambda w: w.key):
             if not wl.holds_quota or wl.admission is None:
                 continue
-            cq = cqs.get(wl.admission.cluster_queue)
-            if cq is None:
-                warnings.append(
-                    f"{wl.ref} is admitted to ClusterQueue {wl.admission.cluster_queue}, "
-                    "which is not defined: its usage is ignored"
-                )
-                continue
-            snap.admit(AdmittedWorkload(wl, cq.name, state.priority_of(wl), admitted_usage(wl), now))
+            holder = cqs.get(wl.admission.cluster_queue)
+            if holder is None:
+                continue  # reported by planning.state_warnings
+            snap.admit(
+                AdmittedWorkload(wl, holder.name, state.priority_of(wl), admitted_usage(wl), now)
+            )
         return snap
 
     # -- permanent changes ---------------------------------------------------------

@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gangpreempt.cli import cli
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def readme_plan_example() -> tuple[list[str], dict]:
+    """The README's ``gangpreempt plan`` command and the JSON printed under it."""
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"```console\n\$ (gangpreempt plan [^\n]+)\n(\{.*?\n\})\n```", text, re.S)
+    assert m, "README has no console example of gangpreempt plan with its JSON output"
+    return m.group(1).split()[1:], json.loads(m.group(2))
+
+
+def test_readme_plan_example_prints_what_the_readme_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    args, expected = readme_plan_example()
+    code, out, _err = run(*args)
+    assert code == 0
+    assert json.loads(out) == expected
+
+
+def test_json_has_exactly_the_documented_keys() -> None:
+    code, out, _ = run(
+        "plan",
+        "-f",
+        str(ROOT / "examples/quota-demo"),
+        "--now",
+        "2026-01-01T00:00:00Z",
+        "-o",
+        "json",
+    )
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["now"] == "2026-01-01T00:00:00Z"
+    d = doc["decisions"][0]
+    for key in (
+        "preemptor",
+        "queue",
+        "mode",
+        "outcome",
+        "flavors",
+        "borrowing",
+        "victims",
+        "placement",
+        "message",
+    ):
+        assert key in d
+    for v in d["victims"]:
+        assert {"object", "reason", "pods"} <= set(v)
+
+
+def test_table_output_names_the_victims() -> None:
+    code, out, _ = run(
+        "plan", "-f", str(ROOT / "examples/quota-demo"), "--now", "2026-01-01T00:00:00Z"
+    )
+    assert code == 0
+    assert "Workload/default/low (InClusterQueue)" in out
+    assert "Preempt" in out
+
+
+def test_invalid_manifest_exits_2_naming_file_document_object_field(tmp_path: Path) -> None:
+    path = tmp_path / "workloads.yaml"
+    path.write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Workload\nmetadata: {name: train, namespace: default}\n"
+        "spec:\n  podSets:\n  - name: main\n    count: three\n    template: {spec: {containers: []}}\n"
+    )
+    code, out, err = run("plan", "-f", str(path))
+    assert code == 2
+    assert out == ""
+    assert (
+        f"{path}: document 1 (Workload default/train): spec.podSets[0].count: expected a positive integer"
+        in err
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--workload", "Workload/default"], "expected KIND/NAMESPACE/NAME"),
+        (["--workload", "Workload/default/nope"], "Workload default/nope not found"),
+        (["--workload", "Workload/default/low"], "is not pending"),
+        (["--workload", "Job/default/low"], "kind 'Job' is not supported"),
+        (["--now", "yesterday"], "--now: expected an RFC 3339 time"),
+    ],
+)
+def test_bad_arguments_exit_2(args: list[str], message: str) -> None:
+    code, _out, err = run("plan", "-f", str(ROOT / "examples/quota-demo"), *args)
+    assert code == 2
+    assert message in err
+
+
+def test_unknown_kinds_warn_on_stderr(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, namespace: default}\n"
+    )
+    code, _out, err = run("plan", "-f", str(tmp_path), "-o", "json")
+    assert code == 0
+    assert err.count("warning:") == 1
+    assert "unsupported kind Job" in err
+
+
+def test_console_script_is_installed() -> None:
+    exe = Path(sys.executable).parent / "gangpreempt"
+    out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, check=True)
+    assert "gangpreempt" in out.stdout
