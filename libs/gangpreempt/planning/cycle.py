@@ -10,8 +10,9 @@ priority and age:
   victims are gone); no other preemptor may take them. A later head whose victims overlap
   is recomputed without them. After a preemption in a cohort tree, no later head may
   borrow in that tree during the pass (KEP-83).
-- **Pending**: NoFit, or Preempt without victims (its capacity is held back unless its
-  queue reclaims from Any), or no longer fitting after an earlier head.
+- **Pending**: NoFit, or Preempt without victims (its capacity is held back for the rest
+  of that cycle unless its queue reclaims from Any), or no longer fitting after an
+  earlier head.
 
 A queue whose head is preempting, or was skipped, waits behind it. A StrictFIFO queue
 also waits behind a head that does not fit; a BestEffortFIFO queue moves on to its next
@@ -78,6 +79,9 @@ class AdmissionPass:
         self.decisions: list[Decision] = []
         self.preempting_trees: set[str] = set()
         self.queues: dict[str, _Queue] = {}
+        # Capacity held back this cycle by heads that need preemption but found no
+        # victims; Kueue takes a fresh snapshot every cycle, so it is given back.
+        self.held: list[tuple[ClusterQueueState, Quantities]] = []
 
     def run(self) -> list[Decision]:
         snap = self.snapshot
@@ -103,6 +107,9 @@ class AdmissionPass:
                 break
             for ev in sorted(entries, key=Evaluation.order):
                 self._process(ev)
+            for cq, usage in self.held:
+                self.snapshot.give_usage(cq.node, usage)
+            self.held.clear()
 
         for q in self.queues.values():
             for pending in q.members[q.next :]:
@@ -121,7 +128,9 @@ class AdmissionPass:
             return
         if mode is Mode.Preempt and not ev.targets:
             if not can_always_reclaim(ev.cq):
-                self.snapshot.take_usage(ev.cq.node, _reserve(ev))
+                held = _reserve(ev)
+                self.snapshot.take_usage(ev.cq.node, held)
+                self.held.append((ev.cq, held))
             self._pending(queue, ev, None, strict_only=True)
             return
         if ev.borrowing and tree in self.preempting_trees:

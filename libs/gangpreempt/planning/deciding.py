@@ -6,8 +6,8 @@ from __future__ import annotations
 from gangpreempt.model.queues import ANY
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim, plural
 from gangpreempt.preemption.candidates import IN_CLUSTER_QUEUE, Request
-from gangpreempt.preemption.classical import Target, get_targets
-from gangpreempt.preemption.oracle import oracle_for
+from gangpreempt.preemption.classical import Target
+from gangpreempt.preemption.oracle import Searches, oracle_for
 from gangpreempt.quota.assignment import Assignment, FlavorAssigner
 from gangpreempt.quota.modes import Mode
 from gangpreempt.quota.pending import PendingWorkload
@@ -69,11 +69,12 @@ def evaluate(snapshot: Snapshot, pending: PendingWorkload) -> Evaluation:
     name an active ClusterQueue of the snapshot (see ``unavailable``)."""
     assert pending.cq is not None
     cq = snapshot.cqs[pending.cq]
-    assignment = FlavorAssigner(snapshot, cq, pending, oracle_for(snapshot)).assign()
+    searches = Searches(snapshot)
+    assignment = FlavorAssigner(snapshot, cq, pending, oracle_for(snapshot, searches)).assign()
     targets: list[Target] = []
     if assignment.mode is Mode.Preempt:
         req = Request(pending, cq, assignment.needing_preemption(), dict(assignment.usage))
-        targets = get_targets(snapshot, req)
+        targets = searches(req).targets
     return Evaluation(pending, cq, assignment, targets)
 
 

@@ -18,13 +18,15 @@ thousand admitted workloads looks at a handful.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import IntEnum
 
 from gangpreempt.model.queues import ANY, LOWER_OR_NEWER_EQUAL_PRIORITY, LOWER_PRIORITY, NEVER
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import AdmittedWorkload, ClusterQueueState, Snapshot
 from gangpreempt.quota.tree import FR, Node, Quantities, quantities_fit_in_quota
+
+_NOTHING = -(2**63)  # a priority bound nothing is below
 
 IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"
@@ -129,6 +131,8 @@ class Classifier:
             return self.priority
         if policy == LOWER_OR_NEWER_EQUAL_PRIORITY:
             return self.priority + 1
+        if policy == NEVER:
+            return _NOTHING
         return None
 
 
@@ -190,16 +194,17 @@ def _tagged(
 
 
 def _stream(
-    sources: list[Source], frs: frozenset[FR], evicting: bool, classifier: Classifier, policy: str
+    sources: list[Source],
+    frs: frozenset[FR],
+    evicting: bool,
+    classifier: Classifier,
+    bound: int | None,
 ) -> Iterator[Candidate]:
-    """Candidates of ``sources`` in victim order, classified, NEVER ones dropped."""
-    lists: list[Iterator[tuple[tuple[int, float, str], AdmittedWorkload, Source]]] = []
-    for src in sources:
-        for lst in src.cq.using(frs, evicting):
-            lists.append(_tagged(lst, src))
+    """Candidates of ``sources`` in victim order, classified, NEVER ones dropped; stops at
+    the first candidate whose priority reaches ``bound``."""
+    lists = [_tagged(lst, src) for src in sources for lst in src.cq.using(frs, evicting)]
     if not lists:
         return
-    bound = classifier.priority_bound(policy)
     merged = lists[0] if len(lists) == 1 else heapq.merge(*lists, key=lambda t: t[0])
     seen: set[str] = set()
     for _key, aw, src in merged:
@@ -213,59 +218,95 @@ def _stream(
             yield Candidate(aw, src.lca, variant)
 
 
+def _min_bound(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
 class Candidates:
-    """The ordered, lazily materialized candidate sequence of one search."""
+    """The candidates of one search, as Kueue's candidate iterator yields them.
+
+    Each pass (with or without borrowing) walks the sequence already-evicting
+    hierarchy / priority / same-queue candidates, then the running ones in the same group
+    order. A pass stops each group at the first priority the pass can never accept, which
+    skips exactly the candidates Kueue's iterator would reject for that pass.
+    """
 
     def __init__(self, snapshot: Snapshot, req: Request) -> None:
+        self.snapshot = snapshot
         self.req = req
-        classifier = Classifier(req)
-        hierarchy, priority = cohort_sources(snapshot, req)
-        own = (
-            [Source(req.cq, None, False)]
-            if req.cq.spec.preemption.within_cluster_queue != NEVER
-            else []
+        self.classifier = Classifier(req)
+        policy = req.cq.spec.preemption
+        self.hierarchy, self.priority = cohort_sources(snapshot, req)
+        self.own = [Source(req.cq, None, False)] if policy.within_cluster_queue != NEVER else []
+        self.cohort_bound = self.classifier.priority_bound(policy.reclaim_within_cohort)
+        self.within_bound = self.classifier.priority_bound(policy.within_cluster_queue)
+        self.none_from_hierarchy = not self._exists(self.hierarchy, self.cohort_bound)
+        self.none_from_other_queues = self.none_from_hierarchy and not self._exists(
+            self.priority, self.cohort_bound
         )
-        cohort_policy = req.cq.spec.preemption.reclaim_within_cohort
-        within_policy = req.cq.spec.preemption.within_cluster_queue
-        frs = req.frs
-        self._streams: list[Iterator[Candidate]] = []
-        self._firsts: list[Candidate | None] = []
+
+    def _exists(self, sources: list[Source], bound: int | None) -> bool:
         for evicting in (True, False):
-            for sources, policy in (
-                (hierarchy, cohort_policy),
-                (priority, cohort_policy),
-                (own, within_policy),
-            ):
-                stream = _stream(sources, frs, evicting, classifier, policy)
-                self._streams.append(stream)
-                self._firsts.append(next(stream, None))
-        # stream index: 0 eH, 1 eP, 2 eS, 3 rH, 4 rP, 5 rS
-        f = self._firsts
-        self.none_from_hierarchy = f[0] is None and f[3] is None
-        self.none_from_other_queues = self.none_from_hierarchy and f[1] is None and f[4] is None
-        self._memo: list[Candidate] = []
-        self._chain = self._chained()
+            for _ in _stream(sources, self.req.frs, evicting, self.classifier, bound):
+                return True
+        return False
 
-    def _chained(self) -> Iterator[Candidate]:
-        for first, stream in zip(self._firsts, self._streams, strict=True):
-            if first is None:
-                continue
-            yield first
-            yield from stream
+    def _groups(self, borrowing: bool) -> list[tuple[list[Source], int | None]]:
+        """(sources, priority bound) of the hierarchy, priority and same-queue groups."""
+        c = self.classifier
+        if not borrowing:
+            priority_bound = self.cohort_bound
+            priority_sources = self.priority
+        elif c.borrow_allowed:
+            # While borrowing, only candidates below the preemptor's priority and at or
+            # below maxPriorityThreshold may go (the others are ReclaimWithoutBorrowing).
+            threshold = None if c.threshold is None else c.threshold + 1
+            priority_bound = _min_bound(_min_bound(self.cohort_bound, c.priority), threshold)
+            priority_sources = self.priority
+        else:
+            priority_bound, priority_sources = None, []
+        return [
+            (self.hierarchy, self.cohort_bound),
+            (priority_sources, priority_bound),
+            (self.own, self.within_bound),
+        ]
 
-    def __iter__(self) -> Iterator[Candidate]:
-        """A fresh pass over the sequence (Kueue's iterator Reset)."""
-        i = 0
-        while True:
-            if i < len(self._memo):
-                yield self._memo[i]
-            else:
-                nxt = next(self._chain, None)
-                if nxt is None:
-                    return
-                self._memo.append(nxt)
-                yield nxt
-            i += 1
+    def sequence(self, borrowing: bool) -> Iterator[Candidate]:
+        groups = self._groups(borrowing)
+        for evicting in (True, False):
+            for sources, bound in groups:
+                yield from _stream(sources, self.req.frs, evicting, self.classifier, bound)
+
+    def could_fit(self, borrowing: bool, fits: Callable[[bool], bool]) -> bool:
+        """Would the preemptor fit if every candidate this pass could ever take were gone?
+
+        Fitting only gets easier as usage leaves, and a candidate valid at the start is the
+        most a pass can remove, so False proves the pass finds nothing. Usage is removed in
+        bulk per queue: the freed amount of a resource needing preemption is bounded by the
+        candidates' usage of it, of any other resource by the queue's whole usage of it.
+        """
+        freed: dict[str, Quantities] = {}
+        for sources, bound in self._groups(borrowing):
+            for src in sources:
+                amounts = freed.setdefault(src.cq.name, {})
+                for fr in self.req.usage:
+                    if fr in self.req.frs:
+                        total = sum(src.cq.usage_below(fr, ev, bound) for ev in (True, False))
+                    else:
+                        total = src.cq.node.usage.get(fr, 0)
+                    amounts[fr] = max(amounts.get(fr, 0), total)
+        snapshot = self.snapshot
+        for name, amounts in freed.items():
+            snapshot.give_usage(snapshot.cqs[name].node, amounts)
+        try:
+            return fits(borrowing)
+        finally:
+            for name, amounts in freed.items():
+                snapshot.take_usage(snapshot.cqs[name].node, amounts)
 
 
 __all__ = [

@@ -111,8 +111,10 @@ def search(snapshot: Snapshot, req: Request) -> Search:
         return Search([], True)
     candidates = Candidates(snapshot, req)
     for borrowing in attempts(req, candidates):
+        if not candidates.could_fit(borrowing, lambda b: fits(snapshot, req, b)):
+            continue
         targets: list[Target] = []
-        for cand in candidates:
+        for cand in candidates.sequence(borrowing):
             if not _valid(snapshot, req, cand, borrowing):
                 continue
             snapshot.remove(cand.aw)

@@ -77,7 +77,7 @@ class AdmittedWorkload:
 class ClusterQueueState:
     """A ClusterQueue in the snapshot: its spec, its tree node, who holds its quota."""
 
-    __slots__ = ("_index", "inactive_reason", "node", "spec", "workloads")
+    __slots__ = ("_index", "_prefix", "inactive_reason", "node", "spec", "workloads")
 
     def __init__(self, spec: ClusterQueue, node: Node) -> None:
         self.spec = spec
@@ -86,6 +86,8 @@ class ClusterQueueState:
         self.inactive_reason: str | None = None
         # (fr, evicting) -> workloads using fr, sorted by order_key
         self._index: dict[tuple[FR, bool], list[AdmittedWorkload]] = {}
+        # (fr, evicting) -> running sums of fr's usage along the index list, built lazily
+        self._prefix: dict[tuple[FR, bool], list[int]] = {}
 
     @property
     def name(self) -> str:
@@ -98,9 +100,11 @@ class ClusterQueueState:
         for fr in aw.frs:
             lst = self._index.setdefault((fr, aw.evicting), [])
             bisect.insort(lst, aw, key=_order)
+            self._prefix.pop((fr, aw.evicting), None)
 
     def _delete(self, aw: AdmittedWorkload) -> None:
         for fr in aw.frs:
+            self._prefix.pop((fr, aw.evicting), None)
             lst = self._index[(fr, aw.evicting)]
             i = bisect.bisect_left(lst, aw.order_key, key=_order)
             while lst[i] is not aw:
@@ -115,6 +119,26 @@ class ClusterQueueState:
             if lst:
                 out.append(lst)
         return out
+
+    def usage_below(self, fr: FR, evicting: bool, bound: int | None) -> int:
+        """Total ``fr`` usage of the workloads using ``fr`` whose priority is below
+        ``bound`` (all of them when ``bound`` is None)."""
+        key = (fr, evicting)
+        lst = self._index.get(key)
+        if not lst:
+            return 0
+        prefix = self._prefix.get(key)
+        if prefix is None:
+            prefix = [0]
+            total = 0
+            for aw in lst:
+                total += aw.usage[fr]
+                prefix.append(total)
+            self._prefix[key] = prefix
+        if bound is None:
+            return prefix[-1]
+        cut = bisect.bisect_left(lst, (bound, float("-inf"), ""), key=_order)
+        return prefix[cut]
 
     def min_priority(self, frs: Iterable[FR]) -> int | None:
         """The lowest priority among workloads using ``frs`` (KEP-83's fast-path test)."""
