@@ -27,8 +27,8 @@ lint: $(STAMP) ## ruff and mypy --strict
 	$(BIN)/ruff format --check libs tests bench
 	$(BIN)/mypy
 
-demo: $(STAMP) ## show the decisions for the bundled example cluster
-	$(BIN)/gangpreempt plan -f examples/quota-demo --now 2026-01-01T00:00:00Z
+demo: $(STAMP) ## run the four services on the bundled scenario until settled
+	$(BIN)/gangpreempt up --scenario examples/saga-demo --until-settled
 
 bench: $(STAMP) ## run the benchmarks; figures printed, JSON in bench/results/
 	$(BIN)/python bench/quota.py

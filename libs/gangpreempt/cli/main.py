@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 import msgspec
 
 from gangpreempt import __version__
 from gangpreempt.cli.rendering import print_table
+from gangpreempt.cli.serve import SERVICES
+from gangpreempt.cli.serve import serve as run_service
+from gangpreempt.cli.up import run_up
+from gangpreempt.config import env_name, load_settings
 from gangpreempt.errors import InvalidInput
 from gangpreempt.manifests import load, parse_time
 from gangpreempt.planning import plan as make_plan
@@ -76,6 +83,57 @@ def plan(paths: tuple[str, ...], workload: str | None, now: str | None, output: 
         click.echo(msgspec.json.format(msgspec.json.encode(result), indent=2).decode())
     else:
         print_table(result)
+
+
+def _service_options(f: Any) -> Any:
+    options = [
+        click.option("--nats-url", help="NATS server URL [GANGPREEMPT_NATS_URL]."),
+        click.option("--prefix", help="Subject and stream prefix [GANGPREEMPT_PREFIX]."),
+        click.option("--scenario", type=click.Path(exists=True), help="ingest: manifests file or folder [GANGPREEMPT_SCENARIO]."),
+        click.option("--sim/--no-sim", default=None, help="ingest: run the sim cluster [GANGPREEMPT_SIM]."),
+        click.option("--termination-delay", help="sim: seconds a victim keeps its quota [GANGPREEMPT_TERMINATION_DELAY]."),
+        click.option("--sink", help="actuator: sim or log [GANGPREEMPT_SINK]."),
+        click.option("--plan-timeout", help="actuator: seconds a plan may wait [GANGPREEMPT_PLAN_TIMEOUT]."),
+        click.option("--lease-ttl", help="actuator: lease length in seconds [GANGPREEMPT_LEASE_TTL]."),
+        click.option("--log-level", help="debug, info, warning, error [GANGPREEMPT_LOG_LEVEL]."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _flags(**kwargs: Any) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+@cli.command()
+@click.argument("service", type=click.Choice(SERVICES))
+@_service_options
+def serve(service: str, **kwargs: Any) -> None:
+    """Run one service (what docker compose and the Kubernetes Deployments call)."""
+    try:
+        run_service(service, _flags(**kwargs))
+    except InvalidInput as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+
+
+@cli.command()
+@_service_options
+@click.option("--store", type=click.Path(), help="JetStream store folder (default: a temporary one).")
+@click.option("--until-settled", is_flag=True, help="Stop once nothing moves any more, then summarize.")
+@click.option("--timeout", default=120.0, show_default=True, help="With --until-settled: give up after this many seconds.")
+def up(store: str | None, until_settled: bool, timeout: float, **kwargs: Any) -> None:
+    """Start nats-server (unless --nats-url), the four services as processes, and a live
+    view of the decisions. Ctrl-C stops everything."""
+    flags = _flags(**kwargs)
+    try:
+        settings = load_settings(flags)
+    except InvalidInput as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+    external = "nats_url" in flags or bool(os.environ.get(env_name("nats_url")))
+    sys.exit(asyncio.run(run_up(settings, external, store, until_settled, timeout)))
 
 
 def main() -> None:

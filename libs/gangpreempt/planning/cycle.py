@@ -74,8 +74,11 @@ class _Queue:
 
 
 class AdmissionPass:
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, waiting: frozenset[str] = frozenset()) -> None:
         self.snapshot = snapshot
+        # Pending workloads whose preemption is in flight: at the head of their queue they
+        # keep it waiting behind them, and get no new decision.
+        self.waiting = waiting
         self.decisions: list[Decision] = []
         self.preempting_trees: set[str] = set()
         self.queues: dict[str, _Queue] = {}
@@ -101,7 +104,14 @@ class AdmissionPass:
             self.queues[name] = _Queue(snap.cqs[name], members)
 
         while True:
-            heads = [q.head() for q in self.queues.values()]
+            heads = []
+            for q in self.queues.values():
+                head = q.head()
+                if head is not None and head.key in self.waiting:
+                    q.next += 1
+                    q.blocked = f"waiting behind {head.ref}, which is preempting"
+                    continue
+                heads.append(head)
             entries = [evaluate(snap, h) for h in heads if h is not None]
             if not entries:
                 break
@@ -113,7 +123,8 @@ class AdmissionPass:
 
         for q in self.queues.values():
             for pending in q.members[q.next :]:
-                self.decisions.append(not_considered(pending, q.blocked or "not reached"))
+                if pending.key not in self.waiting:
+                    self.decisions.append(not_considered(pending, q.blocked or "not reached"))
         return self.decisions
 
     # -- one entry -----------------------------------------------------------------
@@ -183,9 +194,10 @@ class AdmissionPass:
             )
 
 
-def admission_pass(snapshot: Snapshot) -> list[Decision]:
-    """Decisions for every pending workload of the snapshot's state."""
-    return AdmissionPass(snapshot).run()
+def admission_pass(snapshot: Snapshot, waiting: frozenset[str] = frozenset()) -> list[Decision]:
+    """Decisions for every pending workload of the snapshot's state, except those in
+    ``waiting`` (preemptions in flight), which hold their place at the head of their queue."""
+    return AdmissionPass(snapshot, waiting).run()
 
 
 def iter_pending(snapshot: Snapshot) -> Iterator[PendingWorkload]:

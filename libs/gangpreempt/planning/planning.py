@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from gangpreempt.errors import InvalidInput
@@ -34,10 +35,20 @@ def parse_object_ref(text: str) -> tuple[str, str, str]:
     return kind, namespace, name
 
 
-def plan(state: ClusterState, now: datetime, workload: str | None = None) -> Plan:
+def plan(
+    state: ClusterState,
+    now: datetime,
+    workload: str | None = None,
+    excluded: Iterable[str] = (),
+) -> Plan:
     """Decisions for one pending workload (``KIND/NAMESPACE/NAME``, evaluated alone as the
-    head of its queue) or, without one, for every pending workload in one admission pass."""
+    head of its queue) or, without one, for every pending workload in one admission pass.
+
+    ``excluded`` names workloads (``namespace/name``) already promised to other
+    preemptors: they keep their quota but are not candidates."""
     snapshot = Snapshot.build(state, now)
+    for key in excluded:
+        snapshot.pin(key)
     if workload is None:
         return Plan(now=rfc3339(now), decisions=admission_pass(snapshot))
     _kind, namespace, name = parse_object_ref(workload)

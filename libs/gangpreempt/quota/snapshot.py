@@ -170,6 +170,7 @@ class Snapshot:
         self.cohorts = cohorts
         self.flavors: dict[str, ResourceFlavor] = state.flavors
         self.admitted: dict[str, AdmittedWorkload] = {}
+        self.pinned: set[str] = set()  # hold quota but may not be preempted
 
     # -- building ------------------------------------------------------------------
     @classmethod
@@ -248,9 +249,21 @@ class Snapshot:
     def release(self, aw: AdmittedWorkload) -> None:
         cq = self.cqs[aw.cq]
         del cq.workloads[aw.key]
-        cq._delete(aw)
+        if aw.key in self.pinned:
+            self.pinned.discard(aw.key)
+        else:
+            cq._delete(aw)
         del self.admitted[aw.key]
         self.give_usage(cq.node, aw.usage)
+
+    def pin(self, key: str) -> None:
+        """Keep the workload's usage but take it out of every candidate index (it is
+        promised to another preemptor already)."""
+        aw = self.admitted.get(key)
+        if aw is None or key in self.pinned:
+            return
+        self.cqs[aw.cq]._delete(aw)
+        self.pinned.add(key)
 
     # -- temporary changes (a search undoes them) ----------------------------------
     @staticmethod

@@ -1,0 +1,31 @@
+"""The bus: NATS JetStream streams, publishing, consuming, leases and the server."""
+
+from gangpreempt.bus.connecting import connected, wait_for_port
+from gangpreempt.bus.consuming import HOLD, Consumer, DeadLetters, Delivery
+from gangpreempt.bus.leasing import Lease
+from gangpreempt.bus.provisioning import leases_bucket, plans_bucket, provision
+from gangpreempt.bus.publishing import Oversized, Publisher
+from gangpreempt.bus.server import NatsServer, free_port, nats_server_binary
+from gangpreempt.bus.topology import SERVICES, Topology, decode_token, encode_token
+
+__all__ = [
+    "HOLD",
+    "SERVICES",
+    "Consumer",
+    "DeadLetters",
+    "Delivery",
+    "Lease",
+    "NatsServer",
+    "Oversized",
+    "Publisher",
+    "Topology",
+    "connected",
+    "decode_token",
+    "encode_token",
+    "free_port",
+    "leases_bucket",
+    "nats_server_binary",
+    "plans_bucket",
+    "provision",
+    "wait_for_port",
+]

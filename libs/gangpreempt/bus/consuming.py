@@ -1,0 +1,243 @@
+"""Consuming events from a durable pull consumer with explicit acks.
+
+Settlement, classified once here: the handler returns normally -> ack; it returns
+``HOLD`` -> it keeps the message and settles it later; it raises ``Transient`` (or any
+unexpected error, up to ``max_attempts``) -> nak with backoff; the message does not
+decode or the handler raises ``InvalidInput`` -> term, and a copy goes to
+``<prefix>.dlq.<service>`` with the reason (the decode error's field path), the event type
+and id. The loop never dies on a bad message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import structlog
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from gangpreempt import events
+from gangpreempt.bus.publishing import HEADER_SERVICE, HEADER_TYPE, header_size, subject_template
+from gangpreempt.bus.topology import Topology
+from gangpreempt.errors import InvalidInput, Transient
+from gangpreempt.telemetry import process_span
+
+log = structlog.get_logger("gangpreempt.bus")
+
+HOLD = object()  # returned by a handler that settles the message itself later
+
+
+class Delivery:
+    __slots__ = ("msg", "num_delivered", "subject")
+
+    def __init__(self, msg: Msg) -> None:
+        self.msg = msg
+        self.subject = msg.subject
+        try:
+            self.num_delivered = msg.metadata.num_delivered
+        except Exception:
+            self.num_delivered = 1
+
+
+Handler = Callable[[Any, Delivery], Awaitable[object]]
+
+
+def describe_undecodable(data: bytes) -> tuple[str, str]:
+    """Best-effort (type, id) of a message that failed to decode as an event."""
+    try:
+        raw = msgspec.msgpack.decode(data)
+    except Exception:
+        return "", ""
+    if isinstance(raw, dict):
+        return str(raw.get("type", "")), str(raw.get("id", ""))
+    return "", ""
+
+
+class DeadLetters:
+    def __init__(self, nc: Client, topology: Topology, service: str) -> None:
+        self.js = nc.jetstream()
+        self.nc = nc
+        self.topology = topology
+        self.service = service
+
+    async def send(self, msg: Msg, reason: str, etype: str = "", eid: str = "") -> None:
+        try:
+            seq = str(msg.metadata.sequence.stream)
+        except Exception:
+            seq = "?"
+        headers = {
+            "Nats-Msg-Id": f"dlq-{self.service}-{msg.subject}-{seq}",
+            "gp-dlq-reason": reason[:2000],
+            "gp-dlq-subject": msg.subject,
+            "gp-dlq-stream-seq": seq,
+            "gp-dlq-type": etype,
+            "gp-dlq-id": eid,
+            HEADER_SERVICE: self.service,
+        }
+        body = msg.data
+        if len(body) + header_size(headers) > self.nc.max_payload:
+            body = body[: max(0, self.nc.max_payload - header_size(headers) - 64)]
+        subject = self.topology.dlq_subject(self.service)
+        await self.js.publish(subject, body, headers=headers, stream=self.topology.dlq_stream)
+        log.warning(
+            "dead-lettered", subject=msg.subject, reason=reason, event_type=etype, event_id=eid
+        )
+
+
+def backoff(num_delivered: int) -> float:
+    return float(min(5.0, 0.2 * 2 ** max(0, num_delivered - 1)))
+
+
+class Consumer:
+    """One durable pull consumer on ``subjects`` of ``stream``, dispatching to ``handler``."""
+
+    def __init__(
+        self,
+        nc: Client,
+        topology: Topology,
+        service: str,
+        *,
+        durable: str,
+        stream: str,
+        subjects: list[str],
+        handler: Handler,
+        batch: int = 64,
+        ack_wait: float = 30.0,
+        max_attempts: int = 5,
+        deliver_policy: DeliverPolicy = DeliverPolicy.ALL,
+    ) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.topology = topology
+        self.service = service
+        self.durable = durable
+        self.stream = stream
+        self.subjects = subjects
+        self.handler = handler
+        self.batch = batch
+        self.ack_wait = ack_wait
+        self.max_attempts = max_attempts
+        self.deliver_policy = deliver_policy
+        self.dead_letters = DeadLetters(nc, topology, service)
+        self._lock = asyncio.Lock()
+        self._psub: Any = None
+        self._in_hand = 0  # fetched by the loop, not yet processed
+        self._idle = asyncio.Condition()
+        self.ready = asyncio.Event()
+
+    async def drain(self) -> int:
+        """Process every message already stored for this consumer, now (e.g. before
+        answering a read that must reflect them). Returns how many were processed."""
+        await self.ready.wait()
+        async with self._idle:
+            await self._idle.wait_for(lambda: self._in_hand == 0)
+        done = 0
+        async with self._lock:
+            while True:
+                info = await self._psub.consumer_info()
+                if not info.num_pending:
+                    return done
+                try:
+                    msgs = await self._psub.fetch(min(self.batch, info.num_pending), timeout=1)
+                except (NatsTimeoutError, asyncio.TimeoutError):
+                    return done
+                for msg in msgs:
+                    await self.process(msg)
+                    done += 1
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._psub = psub = await self.js.pull_subscribe(
+            "",
+            durable=self.durable,
+            stream=self.stream,
+            config=ConsumerConfig(
+                durable_name=self.durable,
+                filter_subjects=self.subjects,
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=self.ack_wait,
+                max_ack_pending=10_000,
+                deliver_policy=self.deliver_policy,
+            ),
+        )
+        self.ready.set()
+        while not stop.is_set():
+            try:
+                msgs = await psub.fetch(self.batch, timeout=0.5)
+            except (NatsTimeoutError, asyncio.TimeoutError):
+                continue
+            self._in_hand = len(msgs)
+            try:
+                async with self._lock:
+                    for msg in msgs:
+                        if stop.is_set():
+                            # Shutting down: give the rest back at once, not after AckWait.
+                            with contextlib.suppress(Exception):
+                                await msg.nak()
+                            continue
+                        await self.process(msg)
+            finally:
+                async with self._idle:
+                    self._in_hand = 0
+                    self._idle.notify_all()
+        with contextlib.suppress(Exception):
+            await psub.unsubscribe()
+
+    async def process(self, msg: Msg) -> None:
+        headers = msg.headers or {}
+        template = subject_template(self.topology, msg.subject)
+        with process_span(msg.subject, template, headers, self.durable) as span:
+            try:
+                event = events.decode(msg.data)
+            except msgspec.DecodeError as exc:
+                etype, eid = describe_undecodable(msg.data)
+                etype = etype or headers.get(HEADER_TYPE, "")
+                eid = eid or headers.get("Nats-Msg-Id", "")
+                span.set_attribute("error.type", "DecodeError")
+                await self.dead_letters.send(msg, f"cannot decode: {exc}", etype, eid)
+                await msg.term()
+                return
+            structlog.contextvars.bind_contextvars(
+                event_id=event.id, event_type=events.event_type(event)
+            )
+            delivery = Delivery(msg)
+            try:
+                result = await self.handler(event, delivery)
+            except InvalidInput as exc:
+                span.set_attribute("error.type", type(exc).__name__)
+                await self.dead_letters.send(
+                    msg, f"invalid: {exc}", events.event_type(event), event.id
+                )
+                await msg.term()
+                return
+            except Transient as exc:
+                span.set_attribute("error.type", "Transient")
+                log.info("transient failure, will retry", error=str(exc))
+                await msg.nak(delay=backoff(delivery.num_delivered))
+                return
+            except Exception as exc:
+                span.set_attribute("error.type", type(exc).__name__)
+                if delivery.num_delivered >= self.max_attempts:
+                    await self.dead_letters.send(
+                        msg,
+                        f"handler failed {delivery.num_delivered} times: {exc!r}",
+                        events.event_type(event),
+                        event.id,
+                    )
+                    await msg.term()
+                else:
+                    log.exception("handler failed, will retry")
+                    await msg.nak(delay=backoff(delivery.num_delivered))
+                return
+            finally:
+                structlog.contextvars.unbind_contextvars("event_id", "event_type")
+            if result is not HOLD:
+                await msg.ack()
+
+
+__all__ = ["HOLD", "Consumer", "DeadLetters", "Delivery", "Handler", "backoff"]

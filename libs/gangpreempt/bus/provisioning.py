@@ -1,0 +1,75 @@
+"""Idempotent creation of the streams and buckets (safe to run from every service)."""
+
+from __future__ import annotations
+
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import BadRequestError
+from nats.js.kv import KeyValue
+
+from gangpreempt.bus.topology import Topology
+
+DUPLICATE_WINDOW_S = 120.0
+
+
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    try:
+        await js.add_stream(config)
+    except BadRequestError:
+        # Exists with another config (e.g. an older version): bring it up to date.
+        await js.update_stream(config)
+
+
+async def provision(js: JetStreamContext, topology: Topology, *, lease_ttl: float = 10.0) -> None:
+    """Create (or update) the STATE, DECISIONS and DLQ streams and the plans and leases
+    buckets."""
+    await _ensure_stream(
+        js,
+        StreamConfig(
+            name=topology.state_stream,
+            subjects=[topology.state_wildcard],
+            max_msgs_per_subject=1,
+            storage=StorageType.FILE,
+            retention=RetentionPolicy.LIMITS,
+            duplicate_window=DUPLICATE_WINDOW_S,
+        ),
+    )
+    await _ensure_stream(
+        js,
+        StreamConfig(
+            name=topology.decisions_stream,
+            subjects=topology.decision_subjects,
+            storage=StorageType.FILE,
+            retention=RetentionPolicy.LIMITS,
+            duplicate_window=DUPLICATE_WINDOW_S,
+            max_age=7 * 24 * 3600.0,
+        ),
+    )
+    await _ensure_stream(
+        js,
+        StreamConfig(
+            name=topology.dlq_stream,
+            subjects=[f"{topology.prefix}.dlq.>"],
+            storage=StorageType.FILE,
+            duplicate_window=DUPLICATE_WINDOW_S,
+            max_age=30 * 24 * 3600.0,
+        ),
+    )
+    await plans_bucket(js, topology)
+    await leases_bucket(js, topology, lease_ttl)
+
+
+async def plans_bucket(js: JetStreamContext, topology: Topology) -> KeyValue:
+    return await js.create_key_value(KeyValueConfig(bucket=topology.plans_bucket, history=4))
+
+
+async def leases_bucket(js: JetStreamContext, topology: Topology, ttl: float) -> KeyValue:
+    try:
+        return await js.create_key_value(
+            KeyValueConfig(bucket=topology.leases_bucket, history=1, ttl=ttl)
+        )
+    except BadRequestError:
+        return await js.key_value(topology.leases_bucket)
+
+
+__all__ = ["DUPLICATE_WINDOW_S", "leases_bucket", "plans_bucket", "provision"]

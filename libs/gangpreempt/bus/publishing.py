@@ -1,0 +1,66 @@
+"""Publishing events: deterministic ``Nats-Msg-Id``, trace context in the headers, and a
+size check on body plus headers before anything is sent (the server would otherwise
+close the connection)."""
+
+from __future__ import annotations
+
+from nats.aio.client import Client
+from nats.js.api import PubAck
+
+from gangpreempt import events
+from gangpreempt.bus.topology import Topology
+from gangpreempt.errors import InvalidInput
+from gangpreempt.telemetry import inject, publish_span
+
+HEADER_TYPE = "gp-type"
+HEADER_SERVICE = "gp-service"
+
+
+class Oversized(InvalidInput):
+    """An event larger than the server's max_payload (body and headers together)."""
+
+
+def header_size(headers: dict[str, str]) -> int:
+    """Bytes of a NATS header block: ``NATS/1.0\\r\\n``, one line per header, a blank line."""
+    return 10 + sum(len(k) + 2 + len(v) + 2 for k, v in headers.items()) + 2
+
+
+def subject_template(topology: Topology, subject: str) -> str:
+    parts = subject.split(".")
+    if len(parts) >= 5 and parts[1] == "state":
+        return f"{topology.prefix}.state.{parts[2]}.{{namespace}}.{{name}}"
+    return subject
+
+
+class Publisher:
+    def __init__(self, nc: Client, topology: Topology, service: str) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.topology = topology
+        self.service = service
+
+    async def publish(self, event: events.Event, *, subject: str | None = None) -> PubAck:
+        """Publish to the event's subject (or ``subject``) and wait for the stream's ack."""
+        subject = subject or self.topology.subject_of(event)
+        body = events.encode(event)
+        etype = events.event_type(event)
+        headers = {"Nats-Msg-Id": event.id, HEADER_TYPE: etype, HEADER_SERVICE: self.service}
+        template = subject_template(self.topology, subject)
+        with publish_span(subject, template, event.id, len(body)):
+            inject(headers)
+            self.check_size(body, headers, what=f"{etype} {event.id}")
+            return await self.js.publish(
+                subject, body, headers=headers, stream=self.topology.stream_for(subject)
+            )
+
+    def check_size(self, body: bytes, headers: dict[str, str], what: str) -> None:
+        size = len(body) + header_size(headers)
+        limit = self.nc.max_payload
+        if size > limit:
+            raise Oversized(
+                f"{what}: {size} bytes with headers exceed the server's max_payload of "
+                f"{limit} bytes; the event was not sent"
+            )
+
+
+__all__ = ["HEADER_SERVICE", "HEADER_TYPE", "Oversized", "Publisher", "header_size"]

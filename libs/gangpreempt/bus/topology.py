@@ -1,0 +1,125 @@
+"""Names on the bus: streams, subjects, consumers and buckets, all under one prefix so
+that tests (and tenants) can share a server without seeing each other.
+
+Subjects are grouped by the service that publishes them, so a service's publish
+permission is one wildcard::
+
+    <p>.state.<kind>.<namespace|_>.<name>   ingest      STATE stream, one message per subject
+    <p>.quota.<event>                       quota       DECISIONS stream
+    <p>.victims.<event>                     victims     DECISIONS stream
+    <p>.actuator.<event>                    actuator    DECISIONS stream
+    <p>.dlq.<service>                       any         DLQ stream
+    <p>.sim.read / <p>.sim.evict            actuator -> ingest's sim cluster (request/reply)
+
+Kubernetes names may hold dots; a name token encodes every byte outside ``[A-Za-z0-9-]``
+as ``_`` and two hex digits, so tokens never collide and ``max_msgs_per_subject`` holds.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gangpreempt import events
+
+_SAFE = re.compile(r"[A-Za-z0-9-]")
+_PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+
+# event type -> (publishing service, subject token)
+EVENT_SUBJECTS: dict[type[events.Event], tuple[str, str]] = {
+    events.Admitted: ("quota", "admitted"),
+    events.Pending: ("quota", "pending"),
+    events.PreemptionRequested: ("quota", "preemption-requested"),
+    events.PlanConfirmed: ("quota", "plan-confirmed"),
+    events.PlanRejected: ("quota", "plan-rejected"),
+    events.PlanProposed: ("victims", "plan-proposed"),
+    events.PreemptionInfeasible: ("victims", "preemption-infeasible"),
+    events.VictimActuated: ("actuator", "victim-actuated"),
+    events.PlanActuated: ("actuator", "plan-actuated"),
+    events.PlanDropped: ("actuator", "plan-dropped"),
+}
+SERVICES = ("ingest", "quota", "victims", "actuator")
+
+
+def encode_token(text: str) -> str:
+    if not text:
+        return "_"
+    return "".join(c if _SAFE.match(c) else "".join(f"_{b:02x}" for b in c.encode()) for c in text)
+
+
+def decode_token(token: str) -> str:
+    if token == "_":
+        return ""
+    out = bytearray()
+    i = 0
+    while i < len(token):
+        if token[i] == "_":
+            out.append(int(token[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.extend(token[i].encode())
+            i += 1
+    return out.decode()
+
+
+class Topology:
+    def __init__(self, prefix: str = "gp") -> None:
+        if not _PREFIX.match(prefix):
+            raise ValueError(f"prefix must match {_PREFIX.pattern}, got {prefix!r}")
+        self.prefix = prefix
+        upper = prefix.upper().replace("-", "_")
+        self.state_stream = f"{upper}_STATE"
+        self.decisions_stream = f"{upper}_DECISIONS"
+        self.dlq_stream = f"{upper}_DLQ"
+        self.plans_bucket = f"{upper}_plans"
+        self.leases_bucket = f"{upper}_leases"
+
+    # -- subjects ----------------------------------------------------------------------
+    def state_subject(self, kind: str, key: str) -> str:
+        namespace, _, name = key.rpartition("/")
+        return f"{self.prefix}.state.{kind.lower()}.{encode_token(namespace)}.{encode_token(name)}"
+
+    @property
+    def state_wildcard(self) -> str:
+        return f"{self.prefix}.state.>"
+
+    def subject_of(self, event: events.Event) -> str:
+        if isinstance(event, events.ObjectUpserted | events.ObjectDeleted):
+            return self.state_subject(event.kind, event.key)
+        service, token = EVENT_SUBJECTS[type(event)]
+        return f"{self.prefix}.{service}.{token}"
+
+    def event_subject(self, event_type: type[events.Event]) -> str:
+        service, token = EVENT_SUBJECTS[event_type]
+        return f"{self.prefix}.{service}.{token}"
+
+    def service_wildcard(self, service: str) -> str:
+        return f"{self.prefix}.{service}.>"
+
+    @property
+    def decision_subjects(self) -> list[str]:
+        return [self.service_wildcard(s) for s in ("quota", "victims", "actuator")]
+
+    def dlq_subject(self, service: str) -> str:
+        return f"{self.prefix}.dlq.{service}"
+
+    @property
+    def sim_read(self) -> str:
+        return f"{self.prefix}.sim.read"
+
+    @property
+    def sim_evict(self) -> str:
+        return f"{self.prefix}.sim.evict"
+
+    def stream_for(self, subject: str) -> str:
+        token = subject.split(".", 2)[1]
+        if token == "state":
+            return self.state_stream
+        if token == "dlq":
+            return self.dlq_stream
+        return self.decisions_stream
+
+    def durable(self, service: str, role: str = "") -> str:
+        return f"{self.prefix}-{service}{'-' + role if role else ''}"
+
+
+__all__ = ["EVENT_SUBJECTS", "SERVICES", "Topology", "decode_token", "encode_token"]

@@ -1,0 +1,3 @@
+from gangpreempt.cli.main import main
+
+main()

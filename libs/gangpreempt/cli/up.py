@@ -1,0 +1,250 @@
+"""``gangpreempt up``: nats-server, the four services as separate processes, and a live
+view of the decisions until Ctrl-C (or, with ``--until-settled``, until nothing moves)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
+from rich.console import Console
+
+from gangpreempt import events
+from gangpreempt.bus import NatsServer, Topology, connected, provision
+from gangpreempt.config import Settings, env_name
+from gangpreempt.cli.serve import SERVICES
+from gangpreempt.telemetry import setup_logging
+
+STYLE = {
+    "Admitted": "green",
+    "PreemptionRequested": "yellow",
+    "PlanProposed": "cyan",
+    "PlanConfirmed": "cyan",
+    "PlanRejected": "red",
+    "PreemptionInfeasible": "red",
+    "VictimActuated": "magenta",
+    "PlanActuated": "magenta",
+    "PlanDropped": "red",
+    "Pending": "dim",
+}
+
+
+@dataclass
+class Tally:
+    """What the live view saw, for --until-settled and the summary."""
+
+    started: float = field(default_factory=time.monotonic)
+    last_event: float = field(default_factory=time.monotonic)
+    counts: dict[str, int] = field(default_factory=dict)
+    requested_at: dict[str, float] = field(default_factory=dict)  # request_id -> time
+    plan_request: dict[str, str] = field(default_factory=dict)  # plan_id -> request_id
+    open_requests: set[str] = field(default_factory=set)
+    steps: dict[str, list[float]] = field(default_factory=dict)
+    proposed_at: dict[str, float] = field(default_factory=dict)
+    confirmed_at: dict[str, float] = field(default_factory=dict)
+    actuated_at: dict[str, float] = field(default_factory=dict)  # preemptor -> time
+    waiting_admission: set[str] = field(default_factory=set)
+
+    def step(self, name: str, seconds: float) -> None:
+        self.steps.setdefault(name, []).append(seconds)
+
+    def see(self, ev: events.Event) -> None:
+        now = time.monotonic()
+        self.last_event = now
+        name = events.event_type(ev)
+        self.counts[name] = self.counts.get(name, 0) + 1
+        if isinstance(ev, events.PreemptionRequested):
+            self.requested_at[ev.request_id] = now
+            self.open_requests.add(ev.request_id)
+        elif isinstance(ev, events.PlanProposed):
+            self.plan_request[ev.plan_id] = ev.request_id
+            self.proposed_at[ev.plan_id] = now
+            if ev.request_id in self.requested_at:
+                self.step("requested -> proposed", now - self.requested_at[ev.request_id])
+        elif isinstance(ev, events.PreemptionInfeasible):
+            self.open_requests.discard(ev.request_id)
+        elif isinstance(ev, events.PlanConfirmed):
+            self.confirmed_at[ev.plan_id] = now
+            if ev.plan_id in self.proposed_at:
+                self.step("proposed -> confirmed", now - self.proposed_at[ev.plan_id])
+        elif isinstance(ev, events.PlanActuated | events.PlanDropped):
+            self.open_requests.discard(self.plan_request.get(ev.plan_id, ""))
+            if isinstance(ev, events.PlanActuated):
+                if ev.plan_id in self.confirmed_at:
+                    self.step("confirmed -> actuated", now - self.confirmed_at[ev.plan_id])
+                self.actuated_at[ev.preemptor] = now
+                self.waiting_admission.add(ev.preemptor)
+        elif isinstance(ev, events.Admitted):
+            if ev.workload in self.waiting_admission:
+                self.waiting_admission.discard(ev.workload)
+                self.step("actuated -> admitted", now - self.actuated_at[ev.workload])
+
+    def settled(self, quiet: float) -> bool:
+        idle = time.monotonic() - self.last_event
+        return bool(self.counts) and idle >= quiet and not self.open_requests and not self.waiting_admission
+
+
+def describe(ev: events.Event) -> tuple[str, str]:
+    """(subject of the line, details) for the live view."""
+    if isinstance(ev, events.Admitted):
+        return ev.workload, f"in ClusterQueue {ev.cluster_queue}"
+    if isinstance(ev, events.Pending):
+        return ev.workload, ev.message
+    if isinstance(ev, events.PreemptionRequested):
+        return ev.workload, f"request {ev.request_id} in ClusterQueue {ev.cluster_queue}"
+    if isinstance(ev, events.PlanProposed):
+        victims = ", ".join(f"{v.object} ({v.reason})" for v in ev.victims)
+        return ev.preemptor, f"plan {ev.plan_id}: {victims}"
+    if isinstance(ev, events.PreemptionInfeasible):
+        return ev.preemptor, ev.message
+    if isinstance(ev, events.PlanConfirmed):
+        return ev.preemptor, f"plan {ev.plan_id}"
+    if isinstance(ev, events.PlanRejected | events.PlanDropped):
+        return ev.preemptor, f"plan {ev.plan_id}: {ev.reason}"
+    if isinstance(ev, events.VictimActuated):
+        return ev.victim, f"for {ev.preemptor} (plan {ev.plan_id}, token {ev.fencing_token})"
+    if isinstance(ev, events.PlanActuated):
+        return ev.preemptor, f"plan {ev.plan_id}: {len(ev.victims)} victim(s)"
+    return "", ""
+
+
+def summary(console: Console, tally: Tally) -> None:
+    c = tally.counts
+    console.rule("summary")
+    console.print(
+        f"plans proposed {c.get('PlanProposed', 0)}, confirmed {c.get('PlanConfirmed', 0)}, "
+        f"actuated {c.get('PlanActuated', 0)}, dropped {c.get('PlanDropped', 0)}, "
+        f"rejected {c.get('PlanRejected', 0)}, infeasible {c.get('PreemptionInfeasible', 0)}"
+    )
+    console.print(
+        f"victims actuated {c.get('VictimActuated', 0)}; workloads admitted {c.get('Admitted', 0)}; "
+        f"elapsed {time.monotonic() - tally.started:.1f}s"
+    )
+    for name, values in tally.steps.items():
+        console.print(
+            f"  {name:<24} median {statistics.median(values) * 1e3:8.1f} ms   "
+            f"max {max(values) * 1e3:8.1f} ms   (n={len(values)})"
+        )
+
+
+async def _live_view(settings: Settings, console: Console, tally: Tally, stop: asyncio.Event) -> None:
+    topology = Topology(settings.prefix)
+    async with connected(settings.nats_url, "gangpreempt-up", user=settings.nats_user, password=settings.nats_password) as nc:
+        js = nc.jetstream()
+        await provision(js, topology, lease_ttl=settings.lease_ttl)
+
+        async def on_msg(msg: Msg) -> None:
+            try:
+                ev = events.decode(msg.data)
+            except Exception:
+                console.print(f"[red]undecodable message on {msg.subject}[/red]")
+                return
+            tally.see(ev)
+            name = events.event_type(ev)
+            who, details = describe(ev)
+            style = STYLE.get(name, "white")
+            clock = time.strftime("%H:%M:%S")
+            console.print(f"{clock} [{style}]{name:<21}[/{style}] {who}  [dim]{details}[/dim]", highlight=False)
+
+        sub = await js.subscribe(
+            f"{topology.prefix}.*.*",
+            cb=on_msg,
+            ordered_consumer=True,
+            deliver_policy=DeliverPolicy.NEW,
+            stream=topology.decisions_stream,
+        )
+        await stop.wait()
+        await sub.unsubscribe()
+
+
+async def run_up(
+    settings: Settings, external_nats: bool, store: str | None, until_settled: bool, timeout: float
+) -> int:
+    setup_logging("up", "error")  # the live view is the output; connection chatter is not
+    console = Console(stderr=False)
+    own_server: NatsServer | None = None
+    tmp: tempfile.TemporaryDirectory[str] | None = None
+    if external_nats:
+        url = settings.nats_url
+    else:
+        if store is None:
+            tmp = tempfile.TemporaryDirectory(prefix="gangpreempt-")
+            store = tmp.name
+        own_server = NatsServer(store).start()
+        url = own_server.url
+        console.print(f"nats-server on {url} (JetStream store {store}, sync_interval always)")
+    logs = os.path.join(store or tempfile.gettempdir(), "logs")
+    os.makedirs(logs, exist_ok=True)
+    env = dict(os.environ)
+    env[env_name("nats_url")] = url
+    for name in ("prefix", "termination_delay", "plan_timeout", "lease_ttl", "log_level", "sink"):
+        env[env_name(name)] = str(getattr(settings, name))
+    if settings.scenario:
+        env[env_name("scenario")] = os.path.abspath(settings.scenario)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    view_settings = Settings(**{**settings_dict(settings), "nats_url": url})
+    tally = Tally()
+    view = asyncio.ensure_future(_live_view(view_settings, console, tally, stop))
+    await asyncio.sleep(0.3)  # the live view subscribes before anything is published
+    procs: dict[str, asyncio.subprocess.Process] = {}
+    try:
+        for service in SERVICES:
+            log_file = open(os.path.join(logs, f"{service}.log"), "ab")  # noqa: SIM115
+            procs[service] = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gangpreempt.cli", "serve", service, env=env, stdout=log_file, stderr=log_file
+            )
+            log_file.close()
+        console.print(f"services started: {', '.join(SERVICES)} (logs in {logs}); Ctrl-C stops")
+        deadline = time.monotonic() + timeout
+        quiet = max(2.0, settings.termination_delay + 1.5)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=0.25)
+            dead = [s for s, p in procs.items() if p.returncode is not None]
+            if dead:
+                console.print(f"[red]service exited: {', '.join(dead)} (see {logs})[/red]")
+                break
+            if until_settled and (tally.settled(quiet) or time.monotonic() > deadline):
+                if time.monotonic() > deadline:
+                    console.print(f"[red]not settled after {timeout:.0f}s[/red]")
+                break
+    finally:
+        for p in procs.values():
+            if p.returncode is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            try:
+                await asyncio.wait_for(p.wait(), timeout=10)
+            except TimeoutError:
+                p.kill()
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(view, timeout=5)
+        if own_server is not None:
+            own_server.stop()
+        if tmp is not None:
+            tmp.cleanup()
+    summary(console, tally)
+    failed = [s for s, p in procs.items() if p.returncode not in (0, -signal.SIGTERM)]
+    return 1 if failed else 0
+
+
+def settings_dict(settings: Settings) -> dict[str, Any]:
+    import msgspec
+
+    return msgspec.structs.asdict(settings)
+
+
+__all__ = ["run_up"]

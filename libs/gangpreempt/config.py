@@ -1,0 +1,87 @@
+"""Settings of the services: one frozen Struct, from ``GANGPREEMPT_*`` variables and
+command-line flags (flags win). A bad value stops start-up, naming the variable."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from gangpreempt.errors import InvalidInput
+
+ENV_PREFIX = "GANGPREEMPT_"
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    nats_url: str = "nats://127.0.0.1:4222"
+    nats_user: str | None = None
+    nats_password: str | None = None
+    prefix: str = "gp"
+    log_level: str = "info"
+    # ingest
+    scenario: str | None = None  # a manifests file or folder (with an optional timeline.yaml)
+    sim: bool = True  # ingest keeps a simulated cluster that applies admissions and evictions
+    termination_delay: float = 2.0  # seconds a victim keeps its quota after it is actuated
+    poll_interval: float = 1.0  # seconds between re-reads of the manifests
+    # quota
+    cycle_delay: float = 0.05  # seconds to gather state changes before an admission cycle
+    # actuator
+    sink: str = "sim"  # sim | log
+    plan_timeout: float = 10.0  # seconds a held plan waits for its other half
+    lease_ttl: float = 10.0
+
+
+_POSITIVE = {"termination_delay", "poll_interval", "cycle_delay", "plan_timeout", "lease_ttl"}
+_CHOICES = {"sink": ("sim", "log"), "log_level": ("debug", "info", "warning", "error")}
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def _convert(field: str, raw: Any, source: str) -> Any:
+    spec = {f.name: f for f in msgspec.structs.fields(Settings)}[field]
+    try:
+        if spec.type is bool or spec.type == bool | None:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("expected true or false")
+        if field in _POSITIVE:
+            value = float(raw)
+            if value < 0:
+                raise ValueError("expected a non-negative number of seconds")
+            return value
+        text = str(raw)
+        if field in _CHOICES and text not in _CHOICES[field]:
+            raise ValueError(f"expected one of {', '.join(_CHOICES[field])}")
+        return text
+    except ValueError as exc:
+        reason = str(exc)
+        if "could not convert" in reason:
+            reason = "expected a number of seconds"
+        raise InvalidInput(f"{source}: {reason}, got {raw!r}") from None
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for f in msgspec.structs.fields(Settings):
+        name = env_name(f.name)
+        if name in env and env[name] != "":
+            values[f.name] = _convert(f.name, env[name], name)
+    for key, value in (flags or {}).items():
+        if value is not None:
+            values[key] = _convert(key, value, f"--{key.replace('_', '-')}")
+    return Settings(**values)
+
+
+__all__ = ["ENV_PREFIX", "Settings", "env_name", "load_settings"]

@@ -1,0 +1,231 @@
+"""The event catalogue: every message the services exchange, one tagged union.
+
+Events are frozen msgspec Structs tagged by ``type``, encoded as msgpack on the bus and as
+JSON for people. Every event has a deterministic ``id`` (used as ``Nats-Msg-Id``, so a
+retried publish is dropped by the stream), ``occurred_at`` and ``schema_version``. Events
+carry ids, quantities and references, never whole pod specs: a state event carries the
+normalized model object (requests as integers), not the manifest.
+
+Schema evolution: new fields get defaults; existing fields are never reordered or
+retyped; ``schema_version`` is bumped when the meaning of a field changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    id: str
+    occurred_at: datetime
+    schema_version: int = SCHEMA_VERSION
+
+
+# -- state (ingest) -------------------------------------------------------------------
+
+
+class ObjectUpserted(Event, frozen=True, kw_only=True, tag=True):
+    """The current version of one object; ``body`` is its model Struct as msgpack."""
+
+    kind: str
+    key: str  # name, or namespace/name
+    uid: str = ""
+    resource_version: str = ""
+    body: bytes
+
+
+class ObjectDeleted(Event, frozen=True, kw_only=True, tag=True):
+    kind: str
+    key: str
+    uid: str = ""
+
+
+# -- quota ------------------------------------------------------------------------------
+
+
+class PodSetAdmission(msgspec.Struct, frozen=True):
+    name: str
+    flavors: dict[str, str]
+    resource_usage: dict[str, int]
+    count: int
+
+
+class Admitted(Event, frozen=True, kw_only=True, tag=True):
+    """Quota is reserved for the workload in its ClusterQueue."""
+
+    workload: str  # Workload/ns/name
+    uid: str
+    cluster_queue: str
+    pod_sets: tuple[PodSetAdmission, ...]
+
+
+class Pending(Event, frozen=True, kw_only=True, tag=True):
+    workload: str
+    uid: str
+    cluster_queue: str
+    mode: str
+    message: str
+
+
+class PreemptionRequested(Event, frozen=True, kw_only=True, tag=True):
+    """The workload could start if some running workloads were preempted."""
+
+    request_id: str
+    workload: str
+    uid: str
+    resource_version: str
+    cluster_queue: str
+    priority: int
+    flavors: dict[str, dict[str, str]]
+    # Victims already promised to other preemptors: not candidates for this one.
+    claimed: tuple[str, ...] = ()
+    state_seq: int = 0  # the STATE stream sequence the quota ledger was at
+
+
+class PlanConfirmed(Event, frozen=True, kw_only=True, tag=True):
+    plan_id: str
+    preemptor: str
+
+
+class PlanRejected(Event, frozen=True, kw_only=True, tag=True):
+    plan_id: str
+    preemptor: str
+    reason: str
+
+
+# -- victims ----------------------------------------------------------------------------
+
+
+class PlannedVictim(msgspec.Struct, frozen=True):
+    object: str
+    uid: str
+    resource_version: str
+    reason: str
+    cluster_queue: str
+    priority: int
+    evicting: bool = False
+
+
+class PlanProposed(Event, frozen=True, kw_only=True, tag=True):
+    """A victim set that lets the whole workload (every pod set) start."""
+
+    plan_id: str
+    request_id: str
+    preemptor: str
+    preemptor_uid: str
+    cluster_queue: str
+    pod_sets: tuple[str, ...]
+    flavors: dict[str, dict[str, str]]
+    victims: tuple[PlannedVictim, ...]
+    placement: dict[str, str] = msgspec.field(default_factory=dict)
+    state_seq: int = 0
+
+
+class PreemptionInfeasible(Event, frozen=True, kw_only=True, tag=True):
+    request_id: str
+    preemptor: str
+    message: str
+    state_seq: int = 0
+
+
+# -- actuator ---------------------------------------------------------------------------
+
+
+class VictimActuated(Event, frozen=True, kw_only=True, tag=True):
+    plan_id: str
+    preemptor: str
+    victim: str
+    victim_uid: str
+    reason: str
+    sink: str
+    fencing_token: int
+
+
+class PlanActuated(Event, frozen=True, kw_only=True, tag=True):
+    plan_id: str
+    preemptor: str
+    victims: tuple[str, ...]
+    fencing_token: int
+
+
+class PlanDropped(Event, frozen=True, kw_only=True, tag=True):
+    """The plan was not actuated; nothing was touched."""
+
+    plan_id: str
+    preemptor: str
+    reason: str
+
+
+AnyEvent = (
+    ObjectUpserted
+    | ObjectDeleted
+    | Admitted
+    | Pending
+    | PreemptionRequested
+    | PlanConfirmed
+    | PlanRejected
+    | PlanProposed
+    | PreemptionInfeasible
+    | VictimActuated
+    | PlanActuated
+    | PlanDropped
+)
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(AnyEvent)  # type: ignore[arg-type]
+_json_encoder = msgspec.json.Encoder()
+
+
+def encode(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode(data: bytes) -> AnyEvent:
+    """Decode a bus message; raises ``msgspec.DecodeError`` (with the field path) when the
+    bytes are not a valid event."""
+    return _decoder.decode(data)  # type: ignore[no-any-return]
+
+
+def to_json(event: Event) -> bytes:
+    return _json_encoder.encode(event)
+
+
+def event_type(event: Event) -> str:
+    return type(event).__name__
+
+
+def stable_id(*parts: object) -> str:
+    """A short deterministic id from its parts (same inputs, same id)."""
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()
+    return digest[:24]
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Admitted",
+    "AnyEvent",
+    "Event",
+    "ObjectDeleted",
+    "ObjectUpserted",
+    "Pending",
+    "PlanActuated",
+    "PlanConfirmed",
+    "PlanDropped",
+    "PlanProposed",
+    "PlanRejected",
+    "PlannedVictim",
+    "PodSetAdmission",
+    "PreemptionInfeasible",
+    "PreemptionRequested",
+    "VictimActuated",
+    "decode",
+    "encode",
+    "event_type",
+    "stable_id",
+    "to_json",
+]

@@ -1,0 +1,110 @@
+"""Plans in flight, as the quota ledger accounts for them, and the confirmation check.
+
+A confirmed plan's victims are leaving: their quota is held for the preemptor from the
+moment of confirmation until the preemptor is admitted, so no one else takes it while
+the victims terminate (Koordinator's in-flight cache; KEP-5710's "no new preemption while
+one is in flight")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+import msgspec
+
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.quota.assignment import pod_set_requests
+from gangpreempt.quota.pending import PendingWorkload
+from gangpreempt.quota.snapshot import Snapshot
+from gangpreempt.quota.tree import Quantities, cq_available
+
+
+class PlanInFlight(msgspec.Struct, frozen=True):
+    plan_id: str
+    preemptor: str  # namespace/name
+    cluster_queue: str
+    flavors: dict[str, dict[str, str]]  # pod set -> resource -> flavor
+    victims: tuple[str, ...]  # namespace/name
+
+
+def usage_of(state: ClusterState, snapshot: Snapshot, plan: PlanInFlight) -> Quantities:
+    """The preemptor's usage once admitted with the plan's flavors."""
+    wl = state.workloads.get(plan.preemptor)
+    cq = snapshot.cqs.get(plan.cluster_queue)
+    usage: Quantities = {}
+    if wl is None or cq is None:
+        return usage
+    for ps in wl.pod_sets:
+        requests = pod_set_requests(ps, cq, wl.active_count(ps))
+        for res, flavor in plan.flavors.get(ps.name, {}).items():
+            fr = (flavor, res)
+            usage[fr] = usage.get(fr, 0) + requests.get(res, 0)
+    return usage
+
+
+def hold_for_plans(state: ClusterState, snapshot: Snapshot, plans: Iterable[PlanInFlight]) -> None:
+    """Account plans in flight: victims leave, their preemptors' usage is held."""
+    for plan in plans:
+        for victim in plan.victims:
+            aw = snapshot.admitted.get(victim)
+            if aw is not None:
+                snapshot.release(aw)
+        wl = state.workloads.get(plan.preemptor)
+        cq = snapshot.cqs.get(plan.cluster_queue)
+        if wl is not None and wl.is_pending and cq is not None:
+            snapshot.take_usage(cq.node, usage_of(state, snapshot, plan))
+
+
+def rejection(
+    state: ClusterState,
+    now: datetime,
+    plan: PlanInFlight,
+    preemptor_uid: str,
+    victim_uids: dict[str, str],
+    others: Iterable[PlanInFlight],
+) -> str | None:
+    """Why ``plan`` must not be confirmed against the live ledger, or None."""
+    wl = state.workloads.get(plan.preemptor)
+    if wl is None:
+        return f"preemptor {plan.preemptor} no longer exists"
+    if preemptor_uid and wl.uid and wl.uid != preemptor_uid:
+        return f"preemptor {plan.preemptor} was replaced (uid {wl.uid})"
+    if not wl.is_pending:
+        return f"preemptor {plan.preemptor} is no longer pending"
+    others = list(others)
+    claimed = {v: o.plan_id for o in others for v in o.victims}
+    for victim in plan.victims:
+        v = state.workloads.get(victim)
+        if v is None:
+            return f"victim {victim} no longer exists"
+        uid = victim_uids.get(victim, "")
+        if uid and v.uid and v.uid != uid:
+            return f"victim {victim} was replaced (uid {v.uid})"
+        if not v.holds_quota:
+            return f"victim {victim} no longer holds quota"
+        if victim in claimed:
+            return f"victim {victim} is already claimed by plan {claimed[victim]}"
+    snapshot = Snapshot.build(state, now)
+    if plan.cluster_queue not in snapshot.cqs:
+        return f"ClusterQueue {plan.cluster_queue} not found"
+    hold_for_plans(state, snapshot, others)
+    for victim in plan.victims:
+        aw = snapshot.admitted.get(victim)
+        if aw is not None:
+            snapshot.release(aw)
+    node = snapshot.cqs[plan.cluster_queue].node
+    for fr, v in usage_of(state, snapshot, plan).items():
+        if v > cq_available(node, fr):
+            return (
+                f"{plan.preemptor} would not fit in ClusterQueue {plan.cluster_queue} even "
+                f"after its victims leave ({fr[1]} in flavor {fr[0]})"
+            )
+    return None
+
+
+def pending_of(state: ClusterState, key: str, now: datetime) -> PendingWorkload | None:
+    wl = state.workloads.get(key)
+    return PendingWorkload.of(state, wl, now) if wl is not None else None
+
+
+__all__ = ["PlanInFlight", "hold_for_plans", "pending_of", "rejection", "usage_of"]

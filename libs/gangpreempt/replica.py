@@ -1,0 +1,89 @@
+"""A service's own copy of the cluster state, rebuilt from the STATE stream (the last
+message of every subject) and kept current by an ordered consumer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import msgspec
+import structlog
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
+
+from gangpreempt import events
+from gangpreempt.bus.consuming import DeadLetters, describe_undecodable
+from gangpreempt.bus.topology import Topology
+from gangpreempt.errors import Transient
+from gangpreempt.model import kinds
+from gangpreempt.model.cluster import ClusterState
+
+log = structlog.get_logger("gangpreempt.replica")
+
+
+class StateReplica:
+    def __init__(self, nc: Client, topology: Topology, service: str) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.topology = topology
+        self.state = ClusterState()
+        self.seq = 0  # last STATE stream sequence applied
+        self._advanced = asyncio.Condition()
+        self._listeners: list[Callable[[], None]] = []
+        self.dead_letters = DeadLetters(nc, topology, service)
+        self._pending_dlq: set[asyncio.Task[None]] = set()
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    async def start(self) -> None:
+        await self.js.subscribe(
+            self.topology.state_wildcard,
+            cb=self._on_msg,
+            ordered_consumer=True,
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            stream=self.topology.state_stream,
+        )
+
+    async def _on_msg(self, msg: Msg) -> None:
+        seq = msg.metadata.sequence.stream
+        try:
+            event = events.decode(msg.data)
+            if isinstance(event, events.ObjectUpserted):
+                kinds.put(self.state, kinds.decode_object(event.kind, event.body))
+            elif isinstance(event, events.ObjectDeleted):
+                kinds.remove(self.state, event.kind, event.key)
+            else:
+                raise msgspec.ValidationError(f"{events.event_type(event)} is not a state event")
+        except (msgspec.DecodeError, KeyError) as exc:
+            etype, eid = describe_undecodable(msg.data)
+            task = asyncio.ensure_future(
+                self.dead_letters.send(msg, f"cannot apply state: {exc}", etype, eid)
+            )
+            self._pending_dlq.add(task)
+            task.add_done_callback(self._pending_dlq.discard)
+        async with self._advanced:
+            self.seq = max(self.seq, seq)
+            self._advanced.notify_all()
+        for listener in self._listeners:
+            listener()
+
+    async def wait_seq(self, seq: int, timeout: float = 5.0) -> None:
+        async def reached() -> None:
+            async with self._advanced:
+                await self._advanced.wait_for(lambda: self.seq >= seq)
+
+        try:
+            await asyncio.wait_for(reached(), timeout)
+        except TimeoutError as exc:
+            raise Transient(f"state replica at {self.seq}, not yet at {seq}") from exc
+
+    async def caught_up(self, timeout: float = 5.0) -> int:
+        """Wait until every STATE message stored before this call has been applied."""
+        info = await self.js.stream_info(self.topology.state_stream)
+        await self.wait_seq(info.state.last_seq, timeout)
+        return self.seq
+
+
+__all__ = ["StateReplica"]

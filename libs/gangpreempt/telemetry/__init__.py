@@ -1,0 +1,23 @@
+"""Logs (structlog JSON) and traces (OpenTelemetry) for the services."""
+
+from gangpreempt.telemetry.logs import setup_logging
+from gangpreempt.telemetry.tracing import (
+    extract,
+    inject,
+    process_span,
+    publish_span,
+    setup_tracing,
+    shutdown_tracing,
+    tracer,
+)
+
+__all__ = [
+    "extract",
+    "inject",
+    "process_span",
+    "publish_span",
+    "setup_logging",
+    "setup_tracing",
+    "shutdown_tracing",
+    "tracer",
+]

@@ -1,0 +1,106 @@
+"""OpenTelemetry tracing: one provider per process, W3C trace context in NATS headers,
+spans named after the messaging conventions (``publish <subject>``, ``process
+<subject>``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+
+from opentelemetry import context, propagate, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+from opentelemetry.trace import Span, SpanKind
+
+TRACER = "gangpreempt"
+MESSAGING_SYSTEM = "nats"
+
+_provider: TracerProvider | None = None
+
+
+def setup_tracing(service: str, processor: SpanProcessor | None = None) -> TracerProvider:
+    """Install the process's tracer provider (idempotent). Spans are exported when
+    ``processor`` is given or ``GANGPREEMPT_TRACE_CONSOLE=1``; otherwise they only carry
+    ids into logs and headers."""
+    global _provider
+    if _provider is not None:
+        if processor is not None:
+            _provider.add_span_processor(processor)
+        return _provider
+    provider = TracerProvider(resource=Resource.create({"service.name": f"gangpreempt-{service}"}))
+    if processor is not None:
+        provider.add_span_processor(processor)
+    if os.environ.get("GANGPREEMPT_TRACE_CONSOLE") == "1":
+        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    trace.set_tracer_provider(provider)
+    _provider = provider
+    return provider
+
+
+def shutdown_tracing() -> None:
+    if _provider is not None:
+        _provider.shutdown()
+
+
+def tracer() -> trace.Tracer:
+    return trace.get_tracer(TRACER)
+
+
+def inject(headers: dict[str, str]) -> dict[str, str]:
+    propagate.inject(headers)
+    return headers
+
+
+def extract(headers: Mapping[str, str] | None) -> context.Context:
+    return propagate.extract(dict(headers or {}))
+
+
+@contextlib.contextmanager
+def publish_span(subject: str, template: str, message_id: str, size: int) -> Iterator[Span]:
+    with tracer().start_as_current_span(
+        f"publish {template}",
+        kind=SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": MESSAGING_SYSTEM,
+            "messaging.operation.name": "publish",
+            "messaging.operation.type": "send",
+            "messaging.destination.name": subject,
+            "messaging.destination.template": template,
+            "messaging.message.id": message_id,
+            "messaging.message.body.size": size,
+        },
+    ) as span:
+        yield span
+
+
+@contextlib.contextmanager
+def process_span(
+    subject: str, template: str, headers: Mapping[str, str] | None, consumer: str
+) -> Iterator[Span]:
+    parent = extract(headers)
+    link_ctx = trace.get_current_span(parent).get_span_context()
+    links = [trace.Link(link_ctx)] if link_ctx.is_valid else []
+    token = context.attach(parent)
+    try:
+        with tracer().start_as_current_span(
+            f"process {template}",
+            kind=SpanKind.CONSUMER,
+            links=links,
+            attributes={
+                "messaging.system": MESSAGING_SYSTEM,
+                "messaging.operation.name": "process",
+                "messaging.operation.type": "process",
+                "messaging.destination.name": subject,
+                "messaging.destination.template": template,
+                "messaging.consumer.group.name": consumer,
+                "messaging.message.id": (headers or {}).get("Nats-Msg-Id", ""),
+            },
+        ) as span:
+            yield span
+    finally:
+        context.detach(token)
+
+
+__all__ = ["extract", "inject", "process_span", "publish_span", "setup_tracing", "shutdown_tracing", "tracer"]

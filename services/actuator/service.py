@@ -1,0 +1,260 @@
+"""actuator: the gang barrier.
+
+A plan is actuated only when the actuator holds both its ``PlanProposed`` (covering every
+pod set of the gang) and its ``PlanConfirmed``, and a re-read of the live objects shows
+every victim is the same incarnation (uid, resourceVersion), still holding quota, and the
+preemptor still pending. A rejection, a timeout or a stale plan gives ``PlanDropped`` and
+touches nothing.
+
+Each (plan, victim) actuation is claimed in the ``plans`` bucket with compare-and-set
+before the side effect, so a restarted or duplicated actuator never actuates a victim
+twice; a claim left by a crash is completed with the same idempotent eviction. One
+actuator is active at a time, chosen by a lease whose revision is the fencing token sent
+with every eviction. The proposal and confirmation messages stay unacknowledged until
+the plan is resolved, so a crash gives them back to the next actuator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import Any
+
+import msgspec
+import structlog
+from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from gangpreempt import events
+from gangpreempt.bus import HOLD, Consumer, Lease, encode_token, plans_bucket, leases_bucket
+from gangpreempt.bus.consuming import Delivery
+from gangpreempt.planning.barrier import PlannedObject, stale_reason
+from gangpreempt.replica import StateReplica
+from services import simwire
+from services.actuator.sinks import LogSink, SimSink, Sink
+from services.runtime import ServiceContext, sleep_or_stop
+
+log = structlog.get_logger("gangpreempt.actuator")
+
+CLAIMED = "claimed"
+DONE = "done"
+
+
+class Record(msgspec.Struct, frozen=True):
+    state: str
+    fencing_token: int
+    at: float
+
+
+class Held:
+    __slots__ = ("confirmed", "deliveries", "proposal", "since")
+
+    def __init__(self) -> None:
+        self.proposal: events.PlanProposed | None = None
+        self.confirmed: events.PlanConfirmed | None = None
+        self.deliveries: list[Delivery] = []
+        self.since = time.monotonic()
+
+
+def fault(point: str) -> None:
+    """Test hook: ``GANGPREEMPT_FAULT=<point>`` kills this process with SIGKILL there."""
+    if os.environ.get("GANGPREEMPT_FAULT") == point:
+        log.warning("fault injected: SIGKILL", point=point)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Actuator:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self.replica = StateReplica(ctx.nc, ctx.topology, "actuator")
+        self.sink: Sink = (
+            SimSink(ctx.nc, ctx.topology) if ctx.settings.sink == "sim" else LogSink(self.replica)
+        )
+        self.held: dict[str, Held] = {}
+        self.lock = asyncio.Lock()
+        self.kv: KeyValue | None = None
+        self.lease: Lease | None = None
+        self.consumer = Consumer(
+            ctx.nc,
+            ctx.topology,
+            "actuator",
+            durable=ctx.topology.durable("actuator"),
+            stream=ctx.topology.decisions_stream,
+            subjects=[
+                ctx.topology.event_subject(events.PlanProposed),
+                ctx.topology.event_subject(events.PlanConfirmed),
+                ctx.topology.event_subject(events.PlanRejected),
+            ],
+            handler=self.on_event,
+            ack_wait=ctx.settings.plan_timeout + 5.0,
+        )
+
+    @property
+    def token(self) -> int:
+        assert self.lease is not None and self.lease.token is not None
+        return self.lease.token
+
+    # -- the barrier -----------------------------------------------------------------------
+    async def on_event(self, event: Any, delivery: Delivery) -> object:
+        async with self.lock:
+            if isinstance(event, events.PlanRejected):
+                await self.drop(event.plan_id, event.preemptor, f"rejected: {event.reason}")
+                return None
+            if not isinstance(event, events.PlanProposed | events.PlanConfirmed):
+                return None
+            held = self.held.setdefault(event.plan_id, Held())
+            held.deliveries.append(delivery)
+            if isinstance(event, events.PlanProposed):
+                held.proposal = event
+            else:
+                held.confirmed = event
+            if held.proposal is not None and held.confirmed is not None:
+                await self.actuate(held.proposal)
+            return HOLD
+
+    async def settle(self, plan_id: str) -> None:
+        held = self.held.pop(plan_id, None)
+        for d in held.deliveries if held else []:
+            try:
+                await d.msg.ack()
+            except Exception as exc:  # already settled elsewhere: nothing to undo
+                log.debug("ack failed", error=repr(exc))
+
+    async def drop(self, plan_id: str, preemptor: str, reason: str) -> None:
+        await self.ctx.publisher.publish(
+            events.PlanDropped(
+                id=f"dropped-{plan_id}",
+                occurred_at=self.ctx.now(),
+                plan_id=plan_id,
+                preemptor=preemptor,
+                reason=reason,
+            )
+        )
+        log.info("plan dropped", plan_id=plan_id, workload=preemptor, reason=reason)
+        await self.settle(plan_id)
+
+    async def actuate(self, p: events.PlanProposed) -> None:
+        fault("before-actuation")
+        wl = self.replica.state.workloads.get(p.preemptor.split("/", 1)[1])
+        missing = sorted({ps.name for ps in wl.pod_sets} - set(p.pod_sets)) if wl else []
+        if missing:
+            await self.drop(p.plan_id, p.preemptor, f"plan does not cover pod sets {', '.join(missing)}")
+            return
+        live = await self.sink.read([p.preemptor, *(v.object for v in p.victims)])
+        stale = stale_reason(
+            PlannedObject(p.preemptor, p.preemptor_uid, ""),
+            [PlannedObject(v.object, v.uid, v.resource_version) for v in p.victims],
+            live,
+        )
+        if stale is not None:
+            await self.drop(p.plan_id, p.preemptor, f"stale: {stale}")
+            return
+        done = []
+        for v in p.victims:
+            if await self.actuate_victim(p, v):
+                done.append(v.object)
+        await self.ctx.publisher.publish(
+            events.PlanActuated(
+                id=f"actuated-{p.plan_id}",
+                occurred_at=self.ctx.now(),
+                plan_id=p.plan_id,
+                preemptor=p.preemptor,
+                victims=tuple(done),
+                fencing_token=self.token,
+            )
+        )
+        log.info("plan actuated", plan_id=p.plan_id, workload=p.preemptor, victims=len(done))
+        await self.settle(p.plan_id)
+
+    async def actuate_victim(self, p: events.PlanProposed, v: events.PlannedVictim) -> bool:
+        assert self.kv is not None
+        key = f"{p.plan_id}.{encode_token(v.object)}"
+        record = Record(CLAIMED, self.token, time.time())
+        try:
+            revision = await self.kv.create(key, msgspec.msgpack.encode(record))
+        except KeyWrongLastSequenceError:
+            entry = await self.kv.get(key)
+            previous = msgspec.msgpack.decode(entry.value or b"", type=Record)
+            if previous.state == DONE:
+                log.info("already actuated", plan_id=p.plan_id, victim=v.object)
+                return True
+            revision = entry.revision or 0  # claimed by a run that crashed: finish it
+        fault("after-claim")
+        reply = await self.sink.evict(
+            simwire.EvictRequest(
+                ref=v.object,
+                uid=v.uid,
+                plan_id=p.plan_id,
+                preemptor=p.preemptor,
+                reason=v.reason,
+                fencing_token=self.token,
+            )
+        )
+        if not reply.ok:
+            log.error("eviction refused", plan_id=p.plan_id, victim=v.object, detail=reply.detail)
+            return False
+        await self.kv.update(key, msgspec.msgpack.encode(Record(DONE, self.token, time.time())), last=revision)
+        await self.ctx.publisher.publish(
+            events.VictimActuated(
+                id=f"victim-{p.plan_id}-{v.object}",
+                occurred_at=self.ctx.now(),
+                plan_id=p.plan_id,
+                preemptor=p.preemptor,
+                victim=v.object,
+                victim_uid=v.uid,
+                reason=v.reason,
+                sink=self.sink.name,
+                fencing_token=self.token,
+            )
+        )
+        return True
+
+    async def expire(self, stop: asyncio.Event) -> None:
+        timeout = self.ctx.settings.plan_timeout
+        while not await sleep_or_stop(stop, min(0.5, timeout / 4)):
+            async with self.lock:
+                now = time.monotonic()
+                for plan_id, held in list(self.held.items()):
+                    if now - held.since <= timeout:
+                        continue
+                    half = held.proposal or held.confirmed
+                    waiting = "confirmation" if held.confirmed is None else "proposal"
+                    preemptor = half.preemptor if half is not None else ""
+                    await self.drop(plan_id, preemptor, f"timed out waiting for its {waiting}")
+
+    async def run(self) -> None:
+        ctx = self.ctx
+        self.kv = await plans_bucket(ctx.js, ctx.topology)
+        leases = await leases_bucket(ctx.js, ctx.topology, ctx.settings.lease_ttl)
+        self.lease = Lease(leases, "actuator", f"{os.uname().nodename}-{os.getpid()}", ctx.settings.lease_ttl)
+        await self.replica.start()
+        if await self.lease.acquire(ctx.stop) is None:
+            return
+        lease = self.lease
+        stop = asyncio.Event()  # the service stops, or the lease is lost
+
+        async def watch_stop() -> None:
+            waiters = {asyncio.ensure_future(ctx.stop.wait()), asyncio.ensure_future(lease.lost.wait())}
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            for w in waiters:
+                w.cancel()
+            stop.set()
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(watch_stop())
+                tg.create_task(lease.keep(stop))
+                tg.create_task(self.consumer.run(stop))
+                tg.create_task(self.expire(stop))
+        finally:
+            if not lease.lost.is_set():
+                await lease.release()
+
+
+async def main(ctx: ServiceContext) -> None:
+    await Actuator(ctx).run()
+
+
+__all__ = ["Actuator", "main"]

@@ -1,0 +1,99 @@
+"""Where actuations go. Every sink reads the live objects (the source of truth) right
+before acting, and every eviction it sends is idempotent per (plan, victim)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import structlog
+from nats.aio.client import Client
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from gangpreempt.bus import Topology
+from gangpreempt.errors import Transient
+from gangpreempt.planning.barrier import LiveObject
+from gangpreempt.replica import StateReplica
+from services import simwire
+
+log = structlog.get_logger("gangpreempt.actuator")
+
+
+class Sink(Protocol):
+    name: str
+
+    async def read(self, refs: list[str]) -> dict[str, LiveObject]: ...
+
+    async def evict(self, request: simwire.EvictRequest) -> simwire.EvictReply: ...
+
+
+class SimSink:
+    """The sim cluster in ingest, over request/reply."""
+
+    name = "sim"
+
+    def __init__(self, nc: Client, topology: Topology) -> None:
+        self.nc = nc
+        self.topology = topology
+
+    async def _request(self, subject: str, payload: bytes) -> bytes:
+        try:
+            msg = await self.nc.request(subject, payload, timeout=5)
+        except (NatsTimeoutError, TimeoutError) as exc:
+            raise Transient(f"sim cluster did not answer on {subject}") from exc
+        return bytes(msg.data)
+
+    async def read(self, refs: list[str]) -> dict[str, LiveObject]:
+        data = await self._request(self.topology.sim_read, simwire.encode(simwire.ReadRequest(refs)))
+        reply = simwire.decode(data, simwire.ReadReply)
+        assert isinstance(reply, simwire.ReadReply)
+        return {o.ref: o for o in reply.objects}
+
+    async def evict(self, request: simwire.EvictRequest) -> simwire.EvictReply:
+        data = await self._request(self.topology.sim_evict, simwire.encode(request))
+        reply = simwire.decode(data, simwire.EvictReply)
+        assert isinstance(reply, simwire.EvictReply)
+        return reply
+
+
+class LogSink:
+    """Touches nothing: reads from the actuator's STATE replica and logs each eviction."""
+
+    name = "log"
+
+    def __init__(self, replica: StateReplica) -> None:
+        self.replica = replica
+
+    async def read(self, refs: list[str]) -> dict[str, LiveObject]:
+        await self.replica.caught_up()
+        out = {}
+        for ref in refs:
+            key = ref.split("/", 1)[1]
+            wl = self.replica.state.workloads.get(key)
+            out[ref] = (
+                LiveObject(ref=ref, exists=False)
+                if wl is None
+                else LiveObject(
+                    ref=ref,
+                    exists=True,
+                    uid=wl.uid,
+                    resource_version=wl.resource_version,
+                    holds_quota=wl.holds_quota,
+                    pending=wl.is_pending,
+                    evicting=wl.is_evicting,
+                )
+            )
+        return out
+
+    async def evict(self, request: simwire.EvictRequest) -> simwire.EvictReply:
+        log.info(
+            "would evict",
+            workload=request.ref,
+            plan_id=request.plan_id,
+            preemptor=request.preemptor,
+            reason=request.reason,
+            fencing_token=request.fencing_token,
+        )
+        return simwire.EvictReply(ok=True, applied=True)
+
+
+__all__ = ["LogSink", "Sink", "SimSink"]

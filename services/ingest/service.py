@@ -1,0 +1,187 @@
+"""ingest: turns a source into STATE events.
+
+Source ``manifests`` (the scenario file or folder, re-read on change). With ``sim``
+(default) ingest also runs the sim cluster: it applies ``Admitted`` events and the
+actuator's evictions to its copy of the world, answers the actuator's live reads, and
+plays the scenario's timeline. Without ``sim`` it only publishes what the files say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+from nats.aio.msg import Msg
+
+from gangpreempt import events
+from gangpreempt.bus import Consumer
+from gangpreempt.bus.consuming import Delivery
+from gangpreempt.errors import InvalidInput
+from gangpreempt.model import kinds
+from services import simwire
+from services.ingest.sim import SimCluster, split_ref
+from services.ingest.sources import ManifestSource
+from services.ingest.timeline import Step, load_timeline, matches
+from services.runtime import ServiceContext, sleep_or_stop
+
+log = structlog.get_logger("gangpreempt.ingest")
+
+
+class Ingest:
+    def __init__(self, ctx: ServiceContext) -> None:
+        if not ctx.settings.scenario:
+            raise InvalidInput("ingest needs a scenario: --scenario PATH or GANGPREEMPT_SCENARIO")
+        self.ctx = ctx
+        self.scenario = ctx.settings.scenario
+        self.sim = SimCluster(ctx.publisher, ctx.settings.termination_delay) if ctx.settings.sim else None
+        self.steps = load_timeline(self.scenario) if self.sim else []
+        # Files the timeline applies later are not part of the starting state.
+        later = frozenset(str(Path(self.scenario) / s.apply) for s in self.steps if s.apply)
+        self.source = ManifestSource(self.scenario, exclude=later)
+        self.fired: set[int] = set()
+        self.started = time.monotonic()
+        self.consumer = Consumer(
+            ctx.nc,
+            ctx.topology,
+            "ingest",
+            durable=ctx.topology.durable("ingest"),
+            stream=ctx.topology.decisions_stream,
+            subjects=ctx.topology.decision_subjects,
+            handler=self.on_event,
+        )
+
+    # -- source --------------------------------------------------------------------------
+    async def publish_changes(self, force: bool = False) -> None:
+        changes = self.source.changes(force)
+        if changes is None:
+            return
+        upserts, deletes = changes
+        for obj in upserts:
+            await self.put(obj)
+        for kind, key in deletes:
+            await self.remove(kind, key)
+        if upserts or deletes:
+            log.info("state published", upserted=len(upserts), deleted=len(deletes))
+
+    async def put(self, obj: Any) -> None:
+        if self.sim is not None:
+            await self.sim.upsert(obj)
+            return
+        kind, key = kinds.kind_of(obj), kinds.key_of(obj)
+        body = kinds.encode_object(obj)
+        await self.ctx.publisher.publish(
+            events.ObjectUpserted(
+                id=f"{kind}/{key}#{events.stable_id(body)}",
+                occurred_at=self.ctx.now(),
+                kind=kind,
+                key=key,
+                uid=getattr(obj, "uid", ""),
+                resource_version=getattr(obj, "resource_version", ""),
+                body=body,
+            )
+        )
+
+    async def remove(self, kind: str, key: str) -> None:
+        if self.sim is not None:
+            await self.sim.delete(kind, key)
+            return
+        await self.ctx.publisher.publish(
+            events.ObjectDeleted(
+                id=f"{kind}/{key}#deleted-{int(time.time() * 1000)}",
+                occurred_at=self.ctx.now(),
+                kind=kind,
+                key=key,
+            )
+        )
+
+    async def watch(self) -> None:
+        while not await sleep_or_stop(self.ctx.stop, self.ctx.settings.poll_interval):
+            await self.publish_changes()
+
+    # -- decisions (sim) -----------------------------------------------------------------
+    async def on_event(self, event: Any, _delivery: Delivery) -> None:
+        if self.sim is None:
+            return
+        if isinstance(event, events.Admitted):
+            await self.sim.admit(event)
+        preemptor = getattr(event, "preemptor", None) or getattr(event, "workload", None)
+        for i, step in enumerate(self.steps):
+            if i not in self.fired and matches(step, events.event_type(event), preemptor):
+                self.fired.add(i)
+                await self.play(step)
+
+    # -- timeline ------------------------------------------------------------------------
+    async def play(self, step: Step) -> None:
+        assert self.sim is not None
+        if step.apply:
+            source = ManifestSource(str(Path(self.scenario) / step.apply))
+            for obj in kinds.objects(source.read()):
+                await self.sim.upsert(obj)
+            log.info("timeline: applied", file=step.apply)
+        elif step.delete:
+            kind, key = split_ref(step.delete)
+            await self.sim.delete(kind, key)
+            log.info("timeline: deleted", object=step.delete)
+        elif step.finish:
+            await self.sim.finish(step.finish)
+
+    async def run_timeline(self) -> None:
+        timed = sorted((s.at or 0.0, i) for i, s in enumerate(self.steps) if s.at is not None)
+        for at, i in timed:
+            delay = self.started + at - time.monotonic()
+            if delay > 0 and await sleep_or_stop(self.ctx.stop, delay):
+                return
+            self.fired.add(i)
+            await self.play(self.steps[i])
+
+    # -- requests from the actuator's sim sink ---------------------------------------------
+    async def serve_requests(self) -> None:
+        nc, topo = self.ctx.nc, self.ctx.topology
+
+        async def on_read(msg: Msg) -> None:
+            assert self.sim is not None
+            await self.consumer.drain()  # apply every decision already published first
+            req = simwire.decode(msg.data, simwire.ReadRequest)
+            assert isinstance(req, simwire.ReadRequest)
+            reply = simwire.ReadReply(objects=[self.sim.live(r) for r in req.refs])
+            await msg.respond(simwire.encode(reply))
+
+        async def on_evict(msg: Msg) -> None:
+            assert self.sim is not None
+            req = simwire.decode(msg.data, simwire.EvictRequest)
+            assert isinstance(req, simwire.EvictRequest)
+            await msg.respond(simwire.encode(await self.sim.evict(req)))
+
+        async def on_stats(msg: Msg) -> None:
+            assert self.sim is not None
+            await msg.respond(simwire.encode(self.sim.stats()))
+
+        subs = [
+            await nc.subscribe(topo.sim_read, cb=on_read),
+            await nc.subscribe(topo.sim_evict, cb=on_evict),
+            await nc.subscribe(f"{topo.prefix}.sim.stats", cb=on_stats),
+        ]
+        await self.ctx.stop.wait()
+        for sub in subs:
+            await sub.unsubscribe()
+
+    async def run(self) -> None:
+        await self.publish_changes(force=True)
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.watch())
+            if self.sim is not None:
+                tg.create_task(self.consumer.run(self.ctx.stop))
+                tg.create_task(self.serve_requests())
+                tg.create_task(self.run_timeline())
+        if self.sim is not None:
+            await self.sim.close()
+
+
+async def main(ctx: ServiceContext) -> None:
+    await Ingest(ctx).run()
+
+
+__all__ = ["Ingest", "main"]

@@ -1,0 +1,197 @@
+"""The sim cluster: ingest's in-memory stand-in for the API server in demos and tests.
+
+It applies what Kueue and the kubelet would: an ``Admitted`` event reserves quota for the
+workload; an eviction marks the victim Evicted at once (it keeps its quota, as a
+terminating pod keeps its node) and releases its quota ``termination_delay`` seconds
+later, when the workload goes back to pending. Every change gets a new resourceVersion
+and is published to STATE. Evictions carry preconditions (uid) and a fencing token; a
+token lower than one already seen is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import structlog
+
+from gangpreempt import events
+from gangpreempt.bus import Publisher
+from gangpreempt.model import kinds
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.workloads import (
+    ADMITTED,
+    EVICTED,
+    FINISHED,
+    PREEMPTED,
+    QUOTA_RESERVED,
+    Admission,
+    Condition,
+    PodSetAssignment,
+    Workload,
+)
+from gangpreempt.planning.barrier import LiveObject
+from services.simwire import EvictReply, EvictRequest, StatsReply
+
+log = structlog.get_logger("gangpreempt.sim")
+
+
+def with_condition(conditions: tuple[Condition, ...], cond: Condition) -> tuple[Condition, ...]:
+    return (*(c for c in conditions if c.type != cond.type), cond)
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    kind, _, key = ref.partition("/")
+    return kind, key
+
+
+class SimCluster:
+    def __init__(self, publisher: Publisher, termination_delay: float) -> None:
+        self.publisher = publisher
+        self.termination_delay = termination_delay
+        self.world = ClusterState()
+        self.rv = 0
+        self.evictions: dict[str, int] = {}
+        self.evicted_by: dict[str, str] = {}  # workload key -> plan that evicted it
+        self.max_token = 0
+        self._timers: set[asyncio.Task[None]] = set()
+
+    @staticmethod
+    def now() -> datetime:
+        return datetime.now(UTC)
+
+    # -- writes ------------------------------------------------------------------------
+    async def upsert(self, obj: Any) -> Any:
+        self.rv += 1
+        if isinstance(obj, Workload):
+            obj = msgspec.structs.replace(
+                obj, resource_version=str(self.rv), uid=obj.uid or f"sim-{obj.namespace}-{obj.name}"
+            )
+        kinds.put(self.world, obj)
+        kind, key = kinds.kind_of(obj), kinds.key_of(obj)
+        uid = getattr(obj, "uid", "")
+        await self.publisher.publish(
+            events.ObjectUpserted(
+                id=f"{kind}/{key}@{self.rv}",
+                occurred_at=self.now(),
+                kind=kind,
+                key=key,
+                uid=uid,
+                resource_version=str(self.rv),
+                body=kinds.encode_object(obj),
+            )
+        )
+        return obj
+
+    async def delete(self, kind: str, key: str) -> None:
+        obj = kinds.remove(self.world, kind, key)
+        if obj is None:
+            return
+        self.rv += 1
+        await self.publisher.publish(
+            events.ObjectDeleted(
+                id=f"{kind}/{key}@{self.rv}-deleted",
+                occurred_at=self.now(),
+                kind=kind,
+                key=key,
+                uid=getattr(obj, "uid", ""),
+            )
+        )
+
+    async def admit(self, ev: events.Admitted) -> None:
+        _kind, key = split_ref(ev.workload)
+        wl = self.world.workloads.get(key)
+        if wl is None or (ev.uid and wl.uid != ev.uid) or not wl.is_pending:
+            return
+        now = self.now()
+        admission = Admission(
+            cluster_queue=ev.cluster_queue,
+            pod_set_assignments=tuple(
+                PodSetAssignment(p.name, dict(p.flavors), dict(p.resource_usage), p.count)
+                for p in ev.pod_sets
+            ),
+        )
+        conditions = with_condition(wl.conditions, Condition(QUOTA_RESERVED, "True", "QuotaReserved", now))
+        conditions = with_condition(conditions, Condition(ADMITTED, "True", "Admitted", now))
+        conditions = tuple(c for c in conditions if c.type not in (EVICTED, PREEMPTED))
+        await self.upsert(msgspec.structs.replace(wl, admission=admission, conditions=conditions))
+        log.info("admitted", workload=ev.workload, cluster_queue=ev.cluster_queue)
+
+    async def evict(self, req: EvictRequest) -> EvictReply:
+        if req.fencing_token < self.max_token:
+            return EvictReply(ok=False, detail=f"fenced: token {req.fencing_token} < {self.max_token}")
+        self.max_token = max(self.max_token, req.fencing_token)
+        _kind, key = split_ref(req.ref)
+        wl = self.world.workloads.get(key)
+        if wl is None:
+            return EvictReply(ok=False, detail="not found")
+        if req.uid and wl.uid != req.uid:
+            return EvictReply(ok=False, detail=f"precondition failed: uid is {wl.uid}")
+        if self.evicted_by.get(key) == req.plan_id:
+            return EvictReply(ok=True, applied=False, detail="already evicted by this plan")
+        if wl.is_evicting:
+            return EvictReply(ok=True, applied=False, detail="already evicting")
+        if not wl.holds_quota:
+            return EvictReply(ok=False, detail="not running")
+        now = self.now()
+        conditions = with_condition(wl.conditions, Condition(EVICTED, "True", "Preempted", now))
+        conditions = with_condition(conditions, Condition(PREEMPTED, "True", req.reason, now))
+        await self.upsert(msgspec.structs.replace(wl, conditions=conditions))
+        self.evicted_by[key] = req.plan_id
+        self.evictions[req.ref] = self.evictions.get(req.ref, 0) + 1
+        log.info("evicting", workload=req.ref, plan_id=req.plan_id, delay=self.termination_delay)
+        task = asyncio.ensure_future(self._terminate_later(key, wl.uid))
+        self._timers.add(task)
+        task.add_done_callback(self._timers.discard)
+        return EvictReply(ok=True, applied=True)
+
+    async def _terminate_later(self, key: str, uid: str) -> None:
+        await asyncio.sleep(self.termination_delay)
+        wl = self.world.workloads.get(key)
+        if wl is None or wl.uid != uid or not wl.is_evicting:
+            return
+        now = self.now()
+        conditions = with_condition(wl.conditions, Condition(QUOTA_RESERVED, "False", "Pending", now))
+        conditions = with_condition(conditions, Condition(ADMITTED, "False", "NoReservation", now))
+        await self.upsert(msgspec.structs.replace(wl, admission=None, conditions=conditions))
+        self.evicted_by.pop(key, None)
+        log.info("terminated", workload=f"Workload/{key}")
+
+    async def finish(self, ref: str) -> None:
+        _kind, key = split_ref(ref)
+        wl = self.world.workloads.get(key)
+        if wl is None:
+            return
+        cond = Condition(FINISHED, "True", "Succeeded", self.now())
+        await self.upsert(msgspec.structs.replace(wl, conditions=with_condition(wl.conditions, cond)))
+        log.info("finished", workload=ref)
+
+    # -- reads -------------------------------------------------------------------------
+    def live(self, ref: str) -> LiveObject:
+        kind, key = split_ref(ref)
+        if kind != "Workload":
+            return LiveObject(ref=ref, exists=False)
+        wl = self.world.workloads.get(key)
+        if wl is None:
+            return LiveObject(ref=ref, exists=False)
+        return LiveObject(
+            ref=ref,
+            exists=True,
+            uid=wl.uid,
+            resource_version=wl.resource_version,
+            holds_quota=wl.holds_quota,
+            pending=wl.is_pending,
+            evicting=wl.is_evicting,
+        )
+
+    def stats(self) -> StatsReply:
+        return StatsReply(evictions=dict(self.evictions), fencing_token=self.max_token)
+
+    async def close(self) -> None:
+        for t in list(self._timers):
+            t.cancel()
+
+
+__all__ = ["SimCluster"]

@@ -1,0 +1,75 @@
+"""The ``manifests`` source: a file or folder, re-read when it changes, yielding only
+the objects that changed."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import structlog
+
+from gangpreempt.errors import ManifestError
+from gangpreempt.manifests import load
+from gangpreempt.manifests.yamlio import yaml_files
+from gangpreempt.model import kinds
+from gangpreempt.model.cluster import ClusterState
+from services.ingest.timeline import TIMELINE
+
+log = structlog.get_logger("gangpreempt.ingest")
+
+Fingerprint = tuple[tuple[str, int, int], ...]
+
+
+class ManifestSource:
+    def __init__(self, path: str, exclude: frozenset[str] = frozenset()) -> None:
+        self.path = path
+        self.exclude = frozenset(os.path.abspath(p) for p in exclude)
+        self._fingerprint: Fingerprint = ()
+        self._bodies: dict[tuple[str, str], bytes] = {}
+
+    def files(self) -> list[str]:
+        return [
+            f
+            for f in yaml_files(self.path)
+            if os.path.basename(f) != TIMELINE and os.path.abspath(f) not in self.exclude
+        ]
+
+    def fingerprint(self) -> Fingerprint:
+        out = []
+        for f in self.files():
+            st = os.stat(f)
+            out.append((f, st.st_mtime_ns, st.st_size))
+        return tuple(out)
+
+    def read(self) -> ClusterState:
+        loaded = load(self.files())
+        for warning in loaded.warnings:
+            log.warning("manifest warning", warning=warning)
+        return loaded.state
+
+    def changes(self, force: bool = False) -> tuple[list[Any], list[tuple[str, str]]] | None:
+        """(upserted objects, deleted (kind, key)) since the last call, or None when the
+        files did not change. A manifest error is logged and the last good state kept."""
+        fp = self.fingerprint()
+        if fp == self._fingerprint and not force:
+            return None
+        self._fingerprint = fp
+        try:
+            state = self.read()
+        except ManifestError as exc:
+            log.error("manifests rejected; keeping the previous state", error=str(exc))
+            return None
+        bodies: dict[tuple[str, str], bytes] = {}
+        upserts = []
+        for obj in kinds.objects(state):
+            k = (kinds.kind_of(obj), kinds.key_of(obj))
+            body = kinds.encode_object(obj)
+            bodies[k] = body
+            if self._bodies.get(k) != body:
+                upserts.append(obj)
+        deletes = [k for k in self._bodies if k not in bodies]
+        self._bodies = bodies
+        return upserts, deletes
+
+
+__all__ = ["ManifestSource"]

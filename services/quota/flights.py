@@ -1,0 +1,50 @@
+"""The quota service's book of preemptions in flight, one per preemptor."""
+
+from __future__ import annotations
+
+import msgspec
+
+from gangpreempt.planning.inflight import PlanInFlight
+
+REQUESTED = "requested"
+CONFIRMED = "confirmed"
+ACTUATED = "actuated"
+
+
+class Flight(msgspec.Struct):
+    request_id: str
+    status: str = REQUESTED
+    plan: PlanInFlight | None = None
+
+
+class Flights:
+    def __init__(self) -> None:
+        self.by_preemptor: dict[str, Flight] = {}
+        # preemptor -> STATE seq of its last failed attempt: retry only once state moved on
+        self.failed_at: dict[str, int] = {}
+
+    def plans(self, exclude: str | None = None) -> list[PlanInFlight]:
+        return [
+            f.plan
+            for key, f in self.by_preemptor.items()
+            if f.plan is not None and key != exclude
+        ]
+
+    def claimed(self) -> set[str]:
+        return {v for p in self.plans() for v in p.victims}
+
+    def fail(self, preemptor: str, seq: int) -> None:
+        self.by_preemptor.pop(preemptor, None)
+        self.failed_at[preemptor] = seq
+
+    def waiting(self) -> frozenset[str]:
+        """Preemptors with a plan in flight: they keep their place, get no new decision."""
+        return frozenset(self.by_preemptor)
+
+    def may_request(self, preemptor: str, seq: int) -> bool:
+        """After a failed attempt, a new preemption is requested only once the state has
+        changed (no retry storm); the workload is still evaluated and may simply fit."""
+        return self.failed_at.get(preemptor, -1) < seq
+
+
+__all__ = ["ACTUATED", "CONFIRMED", "REQUESTED", "Flight", "Flights"]

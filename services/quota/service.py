@@ -1,0 +1,236 @@
+"""quota: the quota ledger and the admission cycle.
+
+It rebuilds the cluster state from STATE, runs admission cycles with the core on every
+change, and publishes ``Admitted`` / ``Pending`` / ``PreemptionRequested``. It confirms or
+rejects proposed plans against the live ledger and the plans in flight. While a
+preemptor has a plan in flight (requested, confirmed, or its victims terminating), no
+new plan is requested for it, and the quota its victims free is held for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from typing import Any
+
+import structlog
+
+from gangpreempt import events
+from gangpreempt.bus import Consumer
+from gangpreempt.bus.consuming import Delivery
+from gangpreempt.planning import admission_pass
+from gangpreempt.planning.inflight import PlanInFlight, hold_for_plans, rejection
+from gangpreempt.quota.snapshot import Snapshot
+from gangpreempt.replica import StateReplica
+from services.quota.flights import ACTUATED, CONFIRMED, Flight, Flights
+from services.runtime import ServiceContext, sleep_or_stop
+
+log = structlog.get_logger("gangpreempt.quota")
+
+
+def key_of(ref: str) -> str:
+    return ref.split("/", 1)[1]
+
+
+class Quota:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self.replica = StateReplica(ctx.nc, ctx.topology, "quota")
+        self.flights = Flights()
+        self.dirty = asyncio.Event()
+        self.replica.on_change(self.dirty.set)
+        self.published: dict[str, tuple[str, ...]] = {}  # workload -> last decision signature
+        self.counter = itertools.count(1)
+        self.instance = f"{os.getpid()}-{int(asyncio.get_running_loop().time() * 1000)}"
+        self.consumer = Consumer(
+            ctx.nc,
+            ctx.topology,
+            "quota",
+            durable=ctx.topology.durable("quota"),
+            stream=ctx.topology.decisions_stream,
+            subjects=[ctx.topology.service_wildcard("victims"), ctx.topology.service_wildcard("actuator")],
+            handler=self.on_event,
+        )
+
+    # -- the admission cycle -----------------------------------------------------------------
+    async def cycles(self) -> None:
+        while not self.ctx.stop.is_set():
+            waiter = asyncio.ensure_future(self.dirty.wait())
+            stopper = asyncio.ensure_future(self.ctx.stop.wait())
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            stopper.cancel()
+            if self.ctx.stop.is_set():
+                return
+            await sleep_or_stop(self.ctx.stop, self.ctx.settings.cycle_delay)
+            self.dirty.clear()
+            await self.cycle()
+
+    def settle_flights(self) -> None:
+        """Forget flights whose preemptor is gone or admitted, and holds whose victims
+        have all left (the preemptor is then evaluated normally: its quota is free)."""
+        state = self.replica.state
+        for key, flight in list(self.flights.by_preemptor.items()):
+            wl = state.workloads.get(key)
+            if wl is None or not wl.is_pending:
+                del self.flights.by_preemptor[key]
+                continue
+            if flight.status == ACTUATED and flight.plan is not None:
+                if all(
+                    (v := state.workloads.get(victim)) is None or not v.holds_quota
+                    for victim in flight.plan.victims
+                ):
+                    del self.flights.by_preemptor[key]
+
+    async def cycle(self) -> None:
+        state, now, seq = self.replica.state, self.ctx.now(), self.replica.seq
+        self.settle_flights()
+        snapshot = Snapshot.build(state, now)
+        hold_for_plans(state, snapshot, self.flights.plans())
+        decisions = admission_pass(snapshot, self.flights.waiting())
+        claimed = self.flights.claimed()
+        for d in decisions:
+            key = key_of(d.preemptor)
+            wl = state.workloads[key]
+            if d.outcome == "Admit":
+                await self.publish_once(key, ("Admit", wl.resource_version), self.admitted(d, wl))
+            elif d.outcome == "Preempt":
+                if not self.flights.may_request(key, seq):
+                    claimed |= {key_of(v.object) for v in d.victims}
+                    continue
+                request_id = f"{self.instance}-{next(self.counter)}"
+                self.flights.by_preemptor[key] = Flight(request_id=request_id)
+                self.published.pop(key, None)
+                await self.ctx.publisher.publish(
+                    events.PreemptionRequested(
+                        id=request_id,
+                        occurred_at=now,
+                        request_id=request_id,
+                        workload=d.preemptor,
+                        uid=wl.uid,
+                        resource_version=wl.resource_version,
+                        cluster_queue=d.queue.removeprefix("ClusterQueue/"),
+                        priority=state.priority_of(wl),
+                        flavors=d.flavors,
+                        claimed=tuple(sorted(claimed)),
+                        state_seq=seq,
+                    )
+                )
+                claimed |= {key_of(v.object) for v in d.victims}
+                log.info("preemption requested", workload=d.preemptor, request_id=request_id)
+            else:
+                signature = ("Pending", wl.resource_version, d.message)
+                pending = events.Pending(
+                    id=events.stable_id("pending", key, wl.resource_version, d.message),
+                    occurred_at=now,
+                    workload=d.preemptor,
+                    uid=wl.uid,
+                    cluster_queue=d.queue.removeprefix("ClusterQueue/"),
+                    mode=d.mode,
+                    message=d.message,
+                )
+                await self.publish_once(key, signature, pending)
+
+    def admitted(self, d: Any, wl: Any) -> events.Admitted:
+        pod_sets = []
+        for ps in wl.pod_sets:
+            flavors = d.flavors.get(ps.name, {})
+            count = wl.active_count(ps)
+            usage = {res: v for res, v in ps.total(count).items() if res in flavors}
+            if "pods" in flavors:
+                usage["pods"] = count
+            pod_sets.append(events.PodSetAdmission(ps.name, dict(flavors), usage, count))
+        return events.Admitted(
+            id=events.stable_id("admitted", wl.key, wl.uid, wl.resource_version),
+            occurred_at=self.ctx.now(),
+            workload=d.preemptor,
+            uid=wl.uid,
+            cluster_queue=d.queue.removeprefix("ClusterQueue/"),
+            pod_sets=tuple(pod_sets),
+        )
+
+    async def publish_once(self, key: str, signature: tuple[str, ...], event: events.Event) -> None:
+        if self.published.get(key) == signature:
+            return
+        self.published[key] = signature
+        await self.ctx.publisher.publish(event)
+
+    # -- plans --------------------------------------------------------------------------------
+    async def on_event(self, event: Any, _delivery: Delivery) -> None:
+        if isinstance(event, events.PlanProposed):
+            await self.on_proposed(event)
+        elif isinstance(event, events.PreemptionInfeasible):
+            key = key_of(event.preemptor)
+            flight = self.flights.by_preemptor.get(key)
+            if flight is not None and flight.request_id == event.request_id:
+                self.flights.fail(key, max(self.replica.seq, event.state_seq))
+                log.info("preemption infeasible", workload=event.preemptor, reason=event.message)
+        elif isinstance(event, events.PlanDropped):
+            key = key_of(event.preemptor)
+            flight = self.flights.by_preemptor.get(key)
+            if flight is not None and flight.plan is not None and flight.plan.plan_id == event.plan_id:
+                self.flights.fail(key, self.replica.seq)
+        elif isinstance(event, events.PlanActuated):
+            flight = self.flights.by_preemptor.get(key_of(event.preemptor))
+            if flight is not None and flight.plan is not None and flight.plan.plan_id == event.plan_id:
+                flight.status = ACTUATED
+        self.dirty.set()
+
+    async def on_proposed(self, p: events.PlanProposed) -> None:
+        key = key_of(p.preemptor)
+        flight = self.flights.by_preemptor.get(key)
+        plan = PlanInFlight(
+            plan_id=p.plan_id,
+            preemptor=key,
+            cluster_queue=p.cluster_queue,
+            flavors=p.flavors,
+            victims=tuple(key_of(v.object) for v in p.victims),
+        )
+        reason: str | None
+        if flight is None or flight.request_id != p.request_id:
+            reason = "no preemption request in flight with this id"
+        elif flight.plan is not None:
+            reason = None if flight.plan.plan_id == p.plan_id else "another plan is in flight"
+        else:
+            await self.replica.wait_seq(p.state_seq)
+            reason = rejection(
+                self.replica.state,
+                self.ctx.now(),
+                plan,
+                p.preemptor_uid,
+                {key_of(v.object): v.uid for v in p.victims},
+                self.flights.plans(exclude=key),
+            )
+        now = self.ctx.now()
+        if reason is None:
+            if flight is not None:
+                flight.status, flight.plan = CONFIRMED, plan
+            await self.ctx.publisher.publish(
+                events.PlanConfirmed(id=f"confirmed-{p.plan_id}", occurred_at=now, plan_id=p.plan_id, preemptor=p.preemptor)
+            )
+            log.info("plan confirmed", plan_id=p.plan_id, workload=p.preemptor)
+        else:
+            if flight is not None and flight.request_id == p.request_id:
+                self.flights.fail(key, self.replica.seq)
+            await self.ctx.publisher.publish(
+                events.PlanRejected(
+                    id=f"rejected-{p.plan_id}", occurred_at=now, plan_id=p.plan_id, preemptor=p.preemptor, reason=reason
+                )
+            )
+            log.info("plan rejected", plan_id=p.plan_id, workload=p.preemptor, reason=reason)
+
+    async def run(self) -> None:
+        await self.replica.start()
+        await self.replica.caught_up(timeout=30)
+        self.dirty.set()
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.consumer.run(self.ctx.stop))
+            tg.create_task(self.cycles())
+
+
+async def main(ctx: ServiceContext) -> None:
+    await Quota(ctx).run()
+
+
+__all__ = ["Quota", "main"]

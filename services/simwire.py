@@ -1,0 +1,46 @@
+"""Request/reply messages between the actuator's ``sim`` sink and ingest's sim cluster
+(the demo's stand-in for the API server): live reads and evictions with preconditions."""
+
+from __future__ import annotations
+
+import msgspec
+
+from gangpreempt.planning.barrier import LiveObject
+
+
+class ReadRequest(msgspec.Struct, frozen=True):
+    refs: list[str]
+
+
+class ReadReply(msgspec.Struct, frozen=True):
+    objects: list[LiveObject]
+
+
+class EvictRequest(msgspec.Struct, frozen=True):
+    ref: str
+    uid: str
+    plan_id: str
+    preemptor: str
+    reason: str
+    fencing_token: int
+
+
+class EvictReply(msgspec.Struct, frozen=True):
+    ok: bool
+    applied: bool = False  # False when this plan had already evicted it (idempotent repeat)
+    detail: str = ""
+
+
+class StatsReply(msgspec.Struct, frozen=True):
+    evictions: dict[str, int]  # workload ref -> evictions applied
+    fencing_token: int
+
+
+encode = msgspec.msgpack.encode
+
+
+def decode(data: bytes, kind: type[msgspec.Struct]) -> msgspec.Struct:
+    return msgspec.msgpack.decode(data, type=kind)  # type: ignore[no-any-return]
+
+
+__all__ = ["EvictReply", "EvictRequest", "ReadReply", "ReadRequest", "StatsReply", "decode", "encode"]

@@ -1,0 +1,115 @@
+"""victims: workers (any number, sharing one durable consumer) that answer a
+``PreemptionRequested`` with a ``PlanProposed`` or ``PreemptionInfeasible``.
+
+Each worker keeps its own STATE replica and computes with the same core call as
+``gangpreempt plan --workload``; victims already promised to other preemptors (listed in
+the request) are not candidates. Nothing is actuated here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+
+from gangpreempt import events
+from gangpreempt.bus import Consumer
+from gangpreempt.bus.consuming import Delivery
+from gangpreempt.planning import plan
+from gangpreempt.replica import StateReplica
+from services.runtime import ServiceContext
+
+log = structlog.get_logger("gangpreempt.victims")
+
+
+def key_of(ref: str) -> str:
+    return ref.split("/", 1)[1]
+
+
+class Victims:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self.replica = StateReplica(ctx.nc, ctx.topology, "victims")
+        self.consumer = Consumer(
+            ctx.nc,
+            ctx.topology,
+            "victims",
+            durable=ctx.topology.durable("victims"),
+            stream=ctx.topology.decisions_stream,
+            subjects=[ctx.topology.event_subject(events.PreemptionRequested)],
+            handler=self.on_event,
+        )
+
+    async def on_event(self, event: Any, _delivery: Delivery) -> None:
+        if not isinstance(event, events.PreemptionRequested):
+            return
+        await self.replica.wait_seq(event.state_seq)
+        await self.ctx.publisher.publish(self.answer(event))
+
+    def answer(self, req: events.PreemptionRequested) -> events.Event:
+        state, now = self.replica.state, self.ctx.now()
+        key = key_of(req.workload)
+        plan_id = events.stable_id("plan", req.request_id)
+        wl = state.workloads.get(key)
+
+        def infeasible(message: str) -> events.PreemptionInfeasible:
+            log.info("infeasible", workload=req.workload, reason=message)
+            return events.PreemptionInfeasible(
+                id=f"infeasible-{req.request_id}",
+                occurred_at=now,
+                request_id=req.request_id,
+                preemptor=req.workload,
+                message=message,
+                state_seq=self.replica.seq,
+            )
+
+        if wl is None or (req.uid and wl.uid != req.uid):
+            return infeasible("the preemptor no longer exists")
+        if not wl.is_pending:
+            return infeasible("the preemptor is no longer pending")
+        decision = plan(state, now, f"Workload/{key}", excluded=req.claimed).decisions[0]
+        if decision.outcome != "Preempt":
+            return infeasible(f"{decision.outcome}: {decision.message}")
+        victims = []
+        for v in decision.victims:
+            victim = state.workloads[key_of(v.object)]
+            victims.append(
+                events.PlannedVictim(
+                    object=v.object,
+                    uid=victim.uid,
+                    resource_version=victim.resource_version,
+                    reason=v.reason,
+                    cluster_queue=v.queue.removeprefix("ClusterQueue/"),
+                    priority=v.priority,
+                    evicting=v.evicting,
+                )
+            )
+        log.info("plan proposed", workload=req.workload, plan_id=plan_id, victims=len(victims))
+        return events.PlanProposed(
+            id=f"proposed-{plan_id}",
+            occurred_at=now,
+            plan_id=plan_id,
+            request_id=req.request_id,
+            preemptor=req.workload,
+            preemptor_uid=wl.uid,
+            cluster_queue=decision.queue.removeprefix("ClusterQueue/"),
+            pod_sets=tuple(ps.name for ps in wl.pod_sets),
+            flavors=decision.flavors,
+            victims=tuple(victims),
+            placement=decision.placement,
+            state_seq=self.replica.seq,
+        )
+
+    async def run(self) -> None:
+        await self.replica.start()
+        await self.replica.caught_up(timeout=30)
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.consumer.run(self.ctx.stop))
+
+
+async def main(ctx: ServiceContext) -> None:
+    await Victims(ctx).run()
+
+
+__all__ = ["Victims", "main"]
