@@ -23,8 +23,8 @@ test: $(STAMP) ## run the whole test suite (unit, scenarios, integration)
 	$(BIN)/pytest
 
 lint: $(STAMP) ## ruff and mypy --strict
-	$(BIN)/ruff check libs tests bench
-	$(BIN)/ruff format --check libs tests bench
+	$(BIN)/ruff check libs services tests bench
+	$(BIN)/ruff format --check libs services tests bench
 	$(BIN)/mypy
 
 demo: $(STAMP) ## run the four services on the bundled scenario until settled

@@ -40,7 +40,15 @@ encode = msgspec.msgpack.encode
 
 
 def decode(data: bytes, kind: type[msgspec.Struct]) -> msgspec.Struct:
-    return msgspec.msgpack.decode(data, type=kind)  # type: ignore[no-any-return]
+    return msgspec.msgpack.decode(data, type=kind)
 
 
-__all__ = ["EvictReply", "EvictRequest", "ReadReply", "ReadRequest", "StatsReply", "decode", "encode"]
+__all__ = [
+    "EvictReply",
+    "EvictRequest",
+    "ReadReply",
+    "ReadRequest",
+    "StatsReply",
+    "decode",
+    "encode",
+]

@@ -28,7 +28,7 @@ from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from gangpreempt import events
-from gangpreempt.bus import HOLD, Consumer, Lease, encode_token, plans_bucket, leases_bucket
+from gangpreempt.bus import HOLD, Consumer, Lease, encode_token, leases_bucket, plans_bucket
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.planning.barrier import PlannedObject, stale_reason
 from gangpreempt.replica import StateReplica
@@ -93,7 +93,8 @@ class Actuator:
 
     @property
     def token(self) -> int:
-        assert self.lease is not None and self.lease.token is not None
+        assert self.lease is not None
+        assert self.lease.token is not None
         return self.lease.token
 
     # -- the barrier -----------------------------------------------------------------------
@@ -140,7 +141,9 @@ class Actuator:
         wl = self.replica.state.workloads.get(p.preemptor.split("/", 1)[1])
         missing = sorted({ps.name for ps in wl.pod_sets} - set(p.pod_sets)) if wl else []
         if missing:
-            await self.drop(p.plan_id, p.preemptor, f"plan does not cover pod sets {', '.join(missing)}")
+            await self.drop(
+                p.plan_id, p.preemptor, f"plan does not cover pod sets {', '.join(missing)}"
+            )
             return
         live = await self.sink.read([p.preemptor, *(v.object for v in p.victims)])
         stale = stale_reason(
@@ -195,7 +198,9 @@ class Actuator:
         if not reply.ok:
             log.error("eviction refused", plan_id=p.plan_id, victim=v.object, detail=reply.detail)
             return False
-        await self.kv.update(key, msgspec.msgpack.encode(Record(DONE, self.token, time.time())), last=revision)
+        await self.kv.update(
+            key, msgspec.msgpack.encode(Record(DONE, self.token, time.time())), last=revision
+        )
         await self.ctx.publisher.publish(
             events.VictimActuated(
                 id=f"victim-{p.plan_id}-{v.object}",
@@ -228,7 +233,9 @@ class Actuator:
         ctx = self.ctx
         self.kv = await plans_bucket(ctx.js, ctx.topology)
         leases = await leases_bucket(ctx.js, ctx.topology, ctx.settings.lease_ttl)
-        self.lease = Lease(leases, "actuator", f"{os.uname().nodename}-{os.getpid()}", ctx.settings.lease_ttl)
+        self.lease = Lease(
+            leases, "actuator", f"{os.uname().nodename}-{os.getpid()}", ctx.settings.lease_ttl
+        )
         await self.replica.start()
         if await self.lease.acquire(ctx.stop) is None:
             return
@@ -236,7 +243,10 @@ class Actuator:
         stop = asyncio.Event()  # the service stops, or the lease is lost
 
         async def watch_stop() -> None:
-            waiters = {asyncio.ensure_future(ctx.stop.wait()), asyncio.ensure_future(lease.lost.wait())}
+            waiters = {
+                asyncio.ensure_future(ctx.stop.wait()),
+                asyncio.ensure_future(lease.lost.wait()),
+            }
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             for w in waiters:
                 w.cancel()

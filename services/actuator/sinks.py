@@ -43,7 +43,9 @@ class SimSink:
         return bytes(msg.data)
 
     async def read(self, refs: list[str]) -> dict[str, LiveObject]:
-        data = await self._request(self.topology.sim_read, simwire.encode(simwire.ReadRequest(refs)))
+        data = await self._request(
+            self.topology.sim_read, simwire.encode(simwire.ReadRequest(refs))
+        )
         reply = simwire.decode(data, simwire.ReadReply)
         assert isinstance(reply, simwire.ReadReply)
         return {o.ref: o for o in reply.objects}
@@ -96,4 +98,4 @@ class LogSink:
         return simwire.EvictReply(ok=True, applied=True)
 
 
-__all__ = ["LogSink", "Sink", "SimSink"]
+__all__ = ["LogSink", "SimSink", "Sink"]

@@ -36,7 +36,9 @@ class Ingest:
             raise InvalidInput("ingest needs a scenario: --scenario PATH or GANGPREEMPT_SCENARIO")
         self.ctx = ctx
         self.scenario = ctx.settings.scenario
-        self.sim = SimCluster(ctx.publisher, ctx.settings.termination_delay) if ctx.settings.sim else None
+        self.sim = (
+            SimCluster(ctx.publisher, ctx.settings.termination_delay) if ctx.settings.sim else None
+        )
         self.steps = load_timeline(self.scenario) if self.sim else []
         # Files the timeline applies later are not part of the starting state.
         later = frozenset(str(Path(self.scenario) / s.apply) for s in self.steps if s.apply)

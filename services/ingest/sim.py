@@ -113,7 +113,9 @@ class SimCluster:
                 for p in ev.pod_sets
             ),
         )
-        conditions = with_condition(wl.conditions, Condition(QUOTA_RESERVED, "True", "QuotaReserved", now))
+        conditions = with_condition(
+            wl.conditions, Condition(QUOTA_RESERVED, "True", "QuotaReserved", now)
+        )
         conditions = with_condition(conditions, Condition(ADMITTED, "True", "Admitted", now))
         conditions = tuple(c for c in conditions if c.type not in (EVICTED, PREEMPTED))
         await self.upsert(msgspec.structs.replace(wl, admission=admission, conditions=conditions))
@@ -121,7 +123,9 @@ class SimCluster:
 
     async def evict(self, req: EvictRequest) -> EvictReply:
         if req.fencing_token < self.max_token:
-            return EvictReply(ok=False, detail=f"fenced: token {req.fencing_token} < {self.max_token}")
+            return EvictReply(
+                ok=False, detail=f"fenced: token {req.fencing_token} < {self.max_token}"
+            )
         self.max_token = max(self.max_token, req.fencing_token)
         _kind, key = split_ref(req.ref)
         wl = self.world.workloads.get(key)
@@ -153,7 +157,9 @@ class SimCluster:
         if wl is None or wl.uid != uid or not wl.is_evicting:
             return
         now = self.now()
-        conditions = with_condition(wl.conditions, Condition(QUOTA_RESERVED, "False", "Pending", now))
+        conditions = with_condition(
+            wl.conditions, Condition(QUOTA_RESERVED, "False", "Pending", now)
+        )
         conditions = with_condition(conditions, Condition(ADMITTED, "False", "NoReservation", now))
         await self.upsert(msgspec.structs.replace(wl, admission=None, conditions=conditions))
         self.evicted_by.pop(key, None)
@@ -165,7 +171,9 @@ class SimCluster:
         if wl is None:
             return
         cond = Condition(FINISHED, "True", "Succeeded", self.now())
-        await self.upsert(msgspec.structs.replace(wl, conditions=with_condition(wl.conditions, cond)))
+        await self.upsert(
+            msgspec.structs.replace(wl, conditions=with_condition(wl.conditions, cond))
+        )
         log.info("finished", workload=ref)
 
     # -- reads -------------------------------------------------------------------------

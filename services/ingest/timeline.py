@@ -48,10 +48,15 @@ def load_timeline(folder: str) -> list[Step]:
         raise ManifestError(str(path), f"invalid timeline: {exc}") from exc
     for i, step in enumerate(steps):
         if (step.at is None) == (step.when is None):
-            raise ManifestError(str(path), "each step needs exactly one of at / when", document=1, field=f"[{i}]")
+            raise ManifestError(
+                str(path), "each step needs exactly one of at / when", document=1, field=f"[{i}]"
+            )
         if sum(x is not None for x in (step.apply, step.delete, step.finish)) != 1:
             raise ManifestError(
-                str(path), "each step needs exactly one of apply / delete / finish", document=1, field=f"[{i}]"
+                str(path),
+                "each step needs exactly one of apply / delete / finish",
+                document=1,
+                field=f"[{i}]",
             )
     return steps
 

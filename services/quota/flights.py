@@ -25,9 +25,7 @@ class Flights:
 
     def plans(self, exclude: str | None = None) -> list[PlanInFlight]:
         return [
-            f.plan
-            for key, f in self.by_preemptor.items()
-            if f.plan is not None and key != exclude
+            f.plan for key, f in self.by_preemptor.items() if f.plan is not None and key != exclude
         ]
 
     def claimed(self) -> set[str]:

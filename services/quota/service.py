@@ -49,7 +49,10 @@ class Quota:
             "quota",
             durable=ctx.topology.durable("quota"),
             stream=ctx.topology.decisions_stream,
-            subjects=[ctx.topology.service_wildcard("victims"), ctx.topology.service_wildcard("actuator")],
+            subjects=[
+                ctx.topology.service_wildcard("victims"),
+                ctx.topology.service_wildcard("actuator"),
+            ],
             handler=self.on_event,
         )
 
@@ -76,12 +79,15 @@ class Quota:
             if wl is None or not wl.is_pending:
                 del self.flights.by_preemptor[key]
                 continue
-            if flight.status == ACTUATED and flight.plan is not None:
-                if all(
+            if (
+                flight.status == ACTUATED
+                and flight.plan is not None
+                and all(
                     (v := state.workloads.get(victim)) is None or not v.holds_quota
                     for victim in flight.plan.victims
-                ):
-                    del self.flights.by_preemptor[key]
+                )
+            ):
+                del self.flights.by_preemptor[key]
 
     async def cycle(self) -> None:
         state, now, seq = self.replica.state, self.ctx.now(), self.replica.seq
@@ -169,11 +175,19 @@ class Quota:
         elif isinstance(event, events.PlanDropped):
             key = key_of(event.preemptor)
             flight = self.flights.by_preemptor.get(key)
-            if flight is not None and flight.plan is not None and flight.plan.plan_id == event.plan_id:
+            if (
+                flight is not None
+                and flight.plan is not None
+                and flight.plan.plan_id == event.plan_id
+            ):
                 self.flights.fail(key, self.replica.seq)
         elif isinstance(event, events.PlanActuated):
             flight = self.flights.by_preemptor.get(key_of(event.preemptor))
-            if flight is not None and flight.plan is not None and flight.plan.plan_id == event.plan_id:
+            if (
+                flight is not None
+                and flight.plan is not None
+                and flight.plan.plan_id == event.plan_id
+            ):
                 flight.status = ACTUATED
         self.dirty.set()
 
@@ -207,7 +221,12 @@ class Quota:
             if flight is not None:
                 flight.status, flight.plan = CONFIRMED, plan
             await self.ctx.publisher.publish(
-                events.PlanConfirmed(id=f"confirmed-{p.plan_id}", occurred_at=now, plan_id=p.plan_id, preemptor=p.preemptor)
+                events.PlanConfirmed(
+                    id=f"confirmed-{p.plan_id}",
+                    occurred_at=now,
+                    plan_id=p.plan_id,
+                    preemptor=p.preemptor,
+                )
             )
             log.info("plan confirmed", plan_id=p.plan_id, workload=p.preemptor)
         else:
@@ -215,7 +234,11 @@ class Quota:
                 self.flights.fail(key, self.replica.seq)
             await self.ctx.publisher.publish(
                 events.PlanRejected(
-                    id=f"rejected-{p.plan_id}", occurred_at=now, plan_id=p.plan_id, preemptor=p.preemptor, reason=reason
+                    id=f"rejected-{p.plan_id}",
+                    occurred_at=now,
+                    plan_id=p.plan_id,
+                    preemptor=p.preemptor,
+                    reason=reason,
                 )
             )
             log.info("plan rejected", plan_id=p.plan_id, workload=p.preemptor, reason=reason)

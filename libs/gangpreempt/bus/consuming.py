@@ -145,7 +145,7 @@ class Consumer:
                     return done
                 try:
                     msgs = await self._psub.fetch(min(self.batch, info.num_pending), timeout=1)
-                except (NatsTimeoutError, asyncio.TimeoutError):
+                except (TimeoutError, NatsTimeoutError):
                     return done
                 for msg in msgs:
                     await self.process(msg)
@@ -169,7 +169,7 @@ class Consumer:
         while not stop.is_set():
             try:
                 msgs = await psub.fetch(self.batch, timeout=0.5)
-            except (NatsTimeoutError, asyncio.TimeoutError):
+            except (TimeoutError, NatsTimeoutError):
                 continue
             self._in_hand = len(msgs)
             try:

@@ -5,6 +5,7 @@ so a sink can refuse commands from a holder that has been replaced."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import structlog
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
@@ -33,10 +34,8 @@ class Lease:
                 if not waited:
                     log.info("lease held by another instance; standing by", key=self.key)
                     waited = True
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=max(0.1, self.ttl / 4))
-                except TimeoutError:
-                    pass
                 continue
             self.token = self._revision = rev
             self.lost.clear()

@@ -49,7 +49,9 @@ class NatsServer:
     def config_text(self) -> str:
         return (
             f"host: 127.0.0.1\nport: {self.port}\n"
-            f'jetstream {{\n  store_dir: "{self.store / "jetstream"}"\n  sync_interval: always\n}}\n'
+            "jetstream {\n"
+            f'  store_dir: "{self.store / "jetstream"}"\n'
+            "  sync_interval: always\n}\n"
             f"{self.extra_config}"
         )
 

@@ -89,12 +89,25 @@ def _service_options(f: Any) -> Any:
     options = [
         click.option("--nats-url", help="NATS server URL [GANGPREEMPT_NATS_URL]."),
         click.option("--prefix", help="Subject and stream prefix [GANGPREEMPT_PREFIX]."),
-        click.option("--scenario", type=click.Path(exists=True), help="ingest: manifests file or folder [GANGPREEMPT_SCENARIO]."),
-        click.option("--sim/--no-sim", default=None, help="ingest: run the sim cluster [GANGPREEMPT_SIM]."),
-        click.option("--termination-delay", help="sim: seconds a victim keeps its quota [GANGPREEMPT_TERMINATION_DELAY]."),
+        click.option(
+            "--scenario",
+            type=click.Path(exists=True),
+            help="ingest: manifests file or folder [GANGPREEMPT_SCENARIO].",
+        ),
+        click.option(
+            "--sim/--no-sim", default=None, help="ingest: run the sim cluster [GANGPREEMPT_SIM]."
+        ),
+        click.option(
+            "--termination-delay",
+            help="sim: seconds a victim keeps its quota [GANGPREEMPT_TERMINATION_DELAY].",
+        ),
         click.option("--sink", help="actuator: sim or log [GANGPREEMPT_SINK]."),
-        click.option("--plan-timeout", help="actuator: seconds a plan may wait [GANGPREEMPT_PLAN_TIMEOUT]."),
-        click.option("--lease-ttl", help="actuator: lease length in seconds [GANGPREEMPT_LEASE_TTL]."),
+        click.option(
+            "--plan-timeout", help="actuator: seconds a plan may wait [GANGPREEMPT_PLAN_TIMEOUT]."
+        ),
+        click.option(
+            "--lease-ttl", help="actuator: lease length in seconds [GANGPREEMPT_LEASE_TTL]."
+        ),
         click.option("--log-level", help="debug, info, warning, error [GANGPREEMPT_LOG_LEVEL]."),
     ]
     for option in reversed(options):
@@ -120,9 +133,18 @@ def serve(service: str, **kwargs: Any) -> None:
 
 @cli.command()
 @_service_options
-@click.option("--store", type=click.Path(), help="JetStream store folder (default: a temporary one).")
-@click.option("--until-settled", is_flag=True, help="Stop once nothing moves any more, then summarize.")
-@click.option("--timeout", default=120.0, show_default=True, help="With --until-settled: give up after this many seconds.")
+@click.option(
+    "--store", type=click.Path(), help="JetStream store folder (default: a temporary one)."
+)
+@click.option(
+    "--until-settled", is_flag=True, help="Stop once nothing moves any more, then summarize."
+)
+@click.option(
+    "--timeout",
+    default=120.0,
+    show_default=True,
+    help="With --until-settled: give up after this many seconds.",
+)
 def up(store: str | None, until_settled: bool, timeout: float, **kwargs: Any) -> None:
     """Start nats-server (unless --nats-url), the four services as processes, and a live
     view of the decisions. Ctrl-C stops everything."""

@@ -20,8 +20,8 @@ from rich.console import Console
 
 from gangpreempt import events
 from gangpreempt.bus import NatsServer, Topology, connected, provision
-from gangpreempt.config import Settings, env_name
 from gangpreempt.cli.serve import SERVICES
+from gangpreempt.config import Settings, env_name
 from gangpreempt.telemetry import setup_logging
 
 STYLE = {
@@ -83,14 +83,18 @@ class Tally:
                     self.step("confirmed -> actuated", now - self.confirmed_at[ev.plan_id])
                 self.actuated_at[ev.preemptor] = now
                 self.waiting_admission.add(ev.preemptor)
-        elif isinstance(ev, events.Admitted):
-            if ev.workload in self.waiting_admission:
-                self.waiting_admission.discard(ev.workload)
-                self.step("actuated -> admitted", now - self.actuated_at[ev.workload])
+        elif isinstance(ev, events.Admitted) and ev.workload in self.waiting_admission:
+            self.waiting_admission.discard(ev.workload)
+            self.step("actuated -> admitted", now - self.actuated_at[ev.workload])
 
     def settled(self, quiet: float) -> bool:
         idle = time.monotonic() - self.last_event
-        return bool(self.counts) and idle >= quiet and not self.open_requests and not self.waiting_admission
+        return (
+            bool(self.counts)
+            and idle >= quiet
+            and not self.open_requests
+            and not self.waiting_admission
+        )
 
 
 def describe(ev: events.Event) -> tuple[str, str]:
@@ -126,7 +130,8 @@ def summary(console: Console, tally: Tally) -> None:
         f"rejected {c.get('PlanRejected', 0)}, infeasible {c.get('PreemptionInfeasible', 0)}"
     )
     console.print(
-        f"victims actuated {c.get('VictimActuated', 0)}; workloads admitted {c.get('Admitted', 0)}; "
+        f"victims actuated {c.get('VictimActuated', 0)}; "
+        f"workloads admitted {c.get('Admitted', 0)}; "
         f"elapsed {time.monotonic() - tally.started:.1f}s"
     )
     for name, values in tally.steps.items():
@@ -136,9 +141,16 @@ def summary(console: Console, tally: Tally) -> None:
         )
 
 
-async def _live_view(settings: Settings, console: Console, tally: Tally, stop: asyncio.Event) -> None:
+async def _live_view(
+    settings: Settings, console: Console, tally: Tally, stop: asyncio.Event
+) -> None:
     topology = Topology(settings.prefix)
-    async with connected(settings.nats_url, "gangpreempt-up", user=settings.nats_user, password=settings.nats_password) as nc:
+    async with connected(
+        settings.nats_url,
+        "gangpreempt-up",
+        user=settings.nats_user,
+        password=settings.nats_password,
+    ) as nc:
         js = nc.jetstream()
         await provision(js, topology, lease_ttl=settings.lease_ttl)
 
@@ -153,7 +165,10 @@ async def _live_view(settings: Settings, console: Console, tally: Tally, stop: a
             who, details = describe(ev)
             style = STYLE.get(name, "white")
             clock = time.strftime("%H:%M:%S")
-            console.print(f"{clock} [{style}]{name:<21}[/{style}] {who}  [dim]{details}[/dim]", highlight=False)
+            console.print(
+                f"{clock} [{style}]{name:<21}[/{style}] {who}  [dim]{details}[/dim]",
+                highlight=False,
+            )
 
         sub = await js.subscribe(
             f"{topology.prefix}.*.*",
@@ -203,7 +218,14 @@ async def run_up(
         for service in SERVICES:
             log_file = open(os.path.join(logs, f"{service}.log"), "ab")  # noqa: SIM115
             procs[service] = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "gangpreempt.cli", "serve", service, env=env, stdout=log_file, stderr=log_file
+                sys.executable,
+                "-m",
+                "gangpreempt.cli",
+                "serve",
+                service,
+                env=env,
+                stdout=log_file,
+                stderr=log_file,
             )
             log_file.close()
         console.print(f"services started: {', '.join(SERVICES)} (logs in {logs}); Ctrl-C stops")

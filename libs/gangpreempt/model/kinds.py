@@ -71,4 +71,13 @@ def objects(state: ClusterState) -> list[Any]:
     return out
 
 
-__all__ = ["KINDS", "decode_object", "encode_object", "key_of", "kind_of", "objects", "put", "remove"]
+__all__ = [
+    "KINDS",
+    "decode_object",
+    "encode_object",
+    "key_of",
+    "kind_of",
+    "objects",
+    "put",
+    "remove",
+]

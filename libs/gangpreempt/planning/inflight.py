@@ -93,8 +93,8 @@ def rejection(
         if aw is not None:
             snapshot.release(aw)
     node = snapshot.cqs[plan.cluster_queue].node
-    for fr, v in usage_of(state, snapshot, plan).items():
-        if v > cq_available(node, fr):
+    for fr, amount in usage_of(state, snapshot, plan).items():
+        if amount > cq_available(node, fr):
             return (
                 f"{plan.preemptor} would not fit in ClusterQueue {plan.cluster_queue} even "
                 f"after its victims leave ({fr[1]} in flavor {fr[0]})"

@@ -11,7 +11,9 @@ import structlog
 from opentelemetry import trace
 
 
-def _add_trace_ids(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+def _add_trace_ids(
+    _logger: Any, _method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     span = trace.get_current_span()
     ctx = span.get_span_context()
     if ctx.is_valid:

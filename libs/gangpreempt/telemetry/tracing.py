@@ -103,4 +103,12 @@ def process_span(
         context.detach(token)
 
 
-__all__ = ["extract", "inject", "process_span", "publish_span", "setup_tracing", "shutdown_tracing", "tracer"]
+__all__ = [
+    "extract",
+    "inject",
+    "process_span",
+    "publish_span",
+    "setup_tracing",
+    "shutdown_tracing",
+    "tracer",
+]

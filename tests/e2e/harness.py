@@ -1,0 +1,153 @@
+"""The four services as OS processes on a real nats-server, and helpers to read what
+they published."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client
+from nats.js.api import DeliverPolicy
+
+from gangpreempt import events
+from gangpreempt.bus import Topology
+from services import simwire
+
+FAST = {
+    "GANGPREEMPT_TERMINATION_DELAY": "0.5",
+    "GANGPREEMPT_PLAN_TIMEOUT": "2",
+    "GANGPREEMPT_LEASE_TTL": "1",
+    "GANGPREEMPT_CYCLE_DELAY": "0.02",
+    "GANGPREEMPT_POLL_INTERVAL": "0.2",
+    "GANGPREEMPT_LOG_LEVEL": "info",
+}
+
+
+class Services:
+    def __init__(self, nats_url: str, topology: Topology, scenario: str, logs: Path) -> None:
+        self.nats_url = nats_url
+        self.topology = topology
+        self.scenario = scenario
+        self.logs = logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(FAST)
+        env.update(
+            GANGPREEMPT_NATS_URL=self.nats_url,
+            GANGPREEMPT_PREFIX=self.topology.prefix,
+            GANGPREEMPT_SCENARIO=self.scenario,
+        )
+        env.update(extra or {})
+        return env
+
+    def start(self, *names: str, extra: dict[str, str] | None = None) -> None:
+        for name in names or ("ingest", "quota", "victims", "actuator"):
+            log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "gangpreempt.cli", "serve", name],
+                env=self.env(extra),
+                stdout=log,
+                stderr=log,
+            )
+            log.close()
+
+    def alive(self) -> dict[str, bool]:
+        return {name: p.poll() is None for name, p in self.procs.items()}
+
+    def wait_exit(self, name: str, timeout: float = 20.0) -> int:
+        return self.procs[name].wait(timeout=timeout)
+
+    def stop(self) -> dict[str, int | None]:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        codes = {}
+        for name, p in self.procs.items():
+            try:
+                codes[name] = p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes[name] = None
+        return codes
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+
+async def read_stream(nc: Client, stream: str, subject: str) -> list[Any]:
+    """Every message currently in ``stream`` on ``subject``."""
+    js = nc.jetstream()
+    info = await js.stream_info(stream)
+    if info.state.messages == 0:
+        return []
+    sub = await js.subscribe(
+        subject, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL, stream=stream
+    )
+    out = []
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=0.3)
+            out.append(msg)
+            if msg.metadata.sequence.stream >= info.state.last_seq:
+                break
+    except Exception:
+        pass
+    await sub.unsubscribe()
+    return out
+
+
+async def decisions(nc: Client, topology: Topology) -> list[events.Event]:
+    msgs = await read_stream(nc, topology.decisions_stream, f"{topology.prefix}.*.*")
+    out = []
+    for m in msgs:
+        try:
+            out.append(events.decode(m.data))
+        except Exception:
+            continue  # the malformed-message tests put junk here on purpose
+    return out
+
+
+async def wait_for(
+    nc: Client,
+    topology: Topology,
+    check: Callable[[list[events.Event]], bool],
+    timeout: float = 30.0,
+    what: str = "",
+) -> list[events.Event]:
+    deadline = time.monotonic() + timeout
+    while True:
+        evs = await decisions(nc, topology)
+        if check(evs):
+            return evs
+        if time.monotonic() > deadline:
+            seen = [
+                f"{events.event_type(e)} {getattr(e, 'preemptor', '') or getattr(e, 'workload', '')}"
+                for e in evs
+            ]
+            raise AssertionError(f"timed out waiting for {what}; saw: {seen}")
+        await asyncio.sleep(0.2)
+
+
+def of(evs: list[events.Event], kind: type[events.Event], **match: str) -> list[Any]:
+    return [
+        e for e in evs if isinstance(e, kind) and all(getattr(e, k) == v for k, v in match.items())
+    ]
+
+
+async def sim_stats(nc: Client, topology: Topology) -> simwire.StatsReply:
+    msg = await nc.request(f"{topology.prefix}.sim.stats", b"", timeout=5)
+    reply = simwire.decode(msg.data, simwire.StatsReply)
+    assert isinstance(reply, simwire.StatsReply)
+    return reply
+
+
+__all__ = ["FAST", "Services", "decisions", "of", "read_stream", "sim_stats", "wait_for"]

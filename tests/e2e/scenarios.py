@@ -1,0 +1,74 @@
+"""Small scenario folders for the e2e tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CLUSTER = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: research}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: ["cpu"]
+    flavors:
+    - name: default
+      resources: [{name: cpu, nominalQuota: 8}]
+  preemption: {withinClusterQueue: LowerPriority}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {namespace: ml, name: jobs}
+spec: {clusterQueue: research}
+"""
+
+ADMITTED = """
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata: {{namespace: ml, name: {name}, uid: {name}-uid, creationTimestamp: "2026-01-01T00:{minute:02d}:00Z"}}
+spec:
+  queueName: jobs
+  priority: {priority}
+  podSets: [{{name: main, count: {cpus}, template: {{spec: {{containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]}}}}}}]
+status:
+  admission:
+    clusterQueue: research
+    podSetAssignments: [{{name: main, count: {cpus}, flavors: {{cpu: default}}, resourceUsage: {{cpu: "{cpus}"}}}}]
+  conditions:
+  - {{type: QuotaReserved, status: "True", reason: QuotaReserved, lastTransitionTime: "2026-01-01T00:{minute:02d}:01Z"}}
+"""
+
+PENDING = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata: {{namespace: ml, name: {name}, uid: {name}-uid, creationTimestamp: "2026-01-01T01:{minute:02d}:00Z"}}
+spec:
+  queueName: jobs
+  priority: {priority}
+  podSets: [{{name: workers, count: {cpus}, template: {{spec: {{containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]}}}}}}]
+"""
+
+
+def full_cluster(folder: Path, *, gang_at: float | None = 0.5, extra_timeline: str = "") -> None:
+    """8 CPUs, full with low-1 (4 CPUs, admitted first) and low-2 (4 CPUs, admitted
+    last); ``gang`` (priority 1000, 4 CPUs) arrives ``gang_at`` seconds after ingest starts."""
+    text = CLUSTER
+    text += ADMITTED.format(name="low-1", minute=0, priority=100, cpus=4)
+    text += ADMITTED.format(name="low-2", minute=10, priority=100, cpus=4)
+    (folder / "cluster.yaml").write_text(text)
+    timeline = ""
+    if gang_at is not None:
+        (folder / "gang.yaml").write_text(
+            PENDING.format(name="gang", minute=0, priority=1000, cpus=4)
+        )
+        timeline = f"- at: {gang_at}\n  apply: gang.yaml\n"
+    (folder / "timeline.yaml").write_text(timeline + extra_timeline)
+
+
+__all__ = ["full_cluster"]

@@ -1,0 +1,40 @@
+"""A real nats-server per test module (free port, temporary store) and a unique prefix
+(streams, subjects, buckets) per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+
+from gangpreempt.bus import NatsServer, Topology, connected, provision
+
+
+@pytest.fixture(scope="module")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = NatsServer(str(tmp_path_factory.mktemp("nats"))).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def topology() -> Topology:
+    return Topology(f"t{uuid.uuid4().hex[:10]}")
+
+
+@pytest.fixture
+async def nc(nats_url: str, topology: Topology) -> AsyncIterator[Client]:
+    async with connected(nats_url, "test") as client:
+        await provision(client.jetstream(), topology, lease_ttl=1.0)
+        yield client
+
+
+def scenario(path: Path, text: str) -> str:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "cluster.yaml").write_text(text)
+    return str(path)
