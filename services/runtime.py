@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import cProfile
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -42,6 +44,20 @@ Main = Callable[[ServiceContext], Awaitable[None]]
 
 
 async def run_service(service: str, settings: Settings, main: Main) -> None:
+    profile_dir = os.environ.get("GANGPREEMPT_PROFILE")
+    if profile_dir:  # a developer's switch: cProfile the service, dump on exit
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            await _run_service(service, settings, main)
+        finally:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile_dir, f"{service}.prof"))
+        return
+    await _run_service(service, settings, main)
+
+
+async def _run_service(service: str, settings: Settings, main: Main) -> None:
     setup_logging(service, settings.log_level)
     setup_tracing(service)
     stop = asyncio.Event()

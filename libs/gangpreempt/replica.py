@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import structlog
@@ -30,11 +31,12 @@ class StateReplica:
         self.state = ClusterState()
         self.seq = 0  # last STATE stream sequence applied
         self._advanced = asyncio.Condition()
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners: list[Callable[[str, Any, Any], None]] = []
         self.dead_letters = DeadLetters(nc, topology, service)
         self._pending_dlq: set[asyncio.Task[None]] = set()
 
-    def on_change(self, listener: Callable[[], None]) -> None:
+    def on_change(self, listener: Callable[[str, Any, Any], None]) -> None:
+        """``listener(kind, old, new)`` after each applied change (None for absent)."""
         self._listeners.append(listener)
 
     async def start(self) -> None:
@@ -48,12 +50,17 @@ class StateReplica:
 
     async def _on_msg(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
+        change: tuple[str, Any, Any] | None = None
         try:
             event = events.decode(msg.data)
             if isinstance(event, events.ObjectUpserted):
-                kinds.put(self.state, kinds.decode_object(event.kind, event.body))
+                new = kinds.decode_object(event.kind, event.body)
+                old = kinds.get(self.state, event.kind, kinds.key_of(new))
+                kinds.put(self.state, new)
+                change = (event.kind, old, new)
             elif isinstance(event, events.ObjectDeleted):
-                kinds.remove(self.state, event.kind, event.key)
+                old = kinds.remove(self.state, event.kind, event.key)
+                change = (event.kind, old, None)
             else:
                 raise msgspec.ValidationError(f"{events.event_type(event)} is not a state event")
         except (msgspec.DecodeError, KeyError) as exc:
@@ -66,8 +73,9 @@ class StateReplica:
         async with self._advanced:
             self.seq = max(self.seq, seq)
             self._advanced.notify_all()
-        for listener in self._listeners:
-            listener()
+        if change is not None:
+            for listener in self._listeners:
+                listener(*change)
 
     async def wait_seq(self, seq: int, timeout: float = 5.0) -> None:
         async def reached() -> None:

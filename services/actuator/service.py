@@ -49,13 +49,14 @@ class Record(msgspec.Struct, frozen=True):
 
 
 class Held:
-    __slots__ = ("confirmed", "deliveries", "proposal", "since")
+    __slots__ = ("confirmed", "deliveries", "proposal", "since", "started")
 
     def __init__(self) -> None:
         self.proposal: events.PlanProposed | None = None
         self.confirmed: events.PlanConfirmed | None = None
         self.deliveries: list[Delivery] = []
         self.since = time.monotonic()
+        self.started = False
 
 
 def fault(point: str) -> None:
@@ -74,6 +75,8 @@ class Actuator:
         )
         self.held: dict[str, Held] = {}
         self.lock = asyncio.Lock()
+        self.running: set[asyncio.Task[None]] = set()  # plans being actuated, one task each
+        self.records: set[asyncio.Future[int]] = set()  # "done" records being written
         self.kv: KeyValue | None = None
         self.lease: Lease | None = None
         self.consumer = Consumer(
@@ -111,8 +114,11 @@ class Actuator:
                 held.proposal = event
             else:
                 held.confirmed = event
-            if held.proposal is not None and held.confirmed is not None:
-                await self.actuate(held.proposal)
+            if held.proposal is not None and held.confirmed is not None and not held.started:
+                held.started = True
+                task = asyncio.ensure_future(self.actuate(held.proposal))
+                self.running.add(task)
+                task.add_done_callback(self.running.discard)
             return HOLD
 
     async def settle(self, plan_id: str) -> None:
@@ -154,10 +160,8 @@ class Actuator:
         if stale is not None:
             await self.drop(p.plan_id, p.preemptor, f"stale: {stale}")
             return
-        done = []
-        for v in p.victims:
-            if await self.actuate_victim(p, v):
-                done.append(v.object)
+        results = await asyncio.gather(*(self.actuate_victim(p, v) for v in p.victims))
+        done = [v.object for v, ok in zip(p.victims, results, strict=True) if ok]
         await self.ctx.publisher.publish(
             events.PlanActuated(
                 id=f"actuated-{p.plan_id}",
@@ -198,22 +202,24 @@ class Actuator:
         if not reply.ok:
             log.error("eviction refused", plan_id=p.plan_id, victim=v.object, detail=reply.detail)
             return False
-        await self.kv.update(
-            key, msgspec.msgpack.encode(Record(DONE, self.token, time.time())), last=revision
+        done_record = msgspec.msgpack.encode(Record(DONE, self.token, time.time()))
+        actuated = events.VictimActuated(
+            id=f"victim-{p.plan_id}-{v.object}",
+            occurred_at=self.ctx.now(),
+            plan_id=p.plan_id,
+            preemptor=p.preemptor,
+            victim=v.object,
+            victim_uid=v.uid,
+            reason=v.reason,
+            sink=self.sink.name,
+            fencing_token=self.token,
         )
-        await self.ctx.publisher.publish(
-            events.VictimActuated(
-                id=f"victim-{p.plan_id}-{v.object}",
-                occurred_at=self.ctx.now(),
-                plan_id=p.plan_id,
-                preemptor=p.preemptor,
-                victim=v.object,
-                victim_uid=v.uid,
-                reason=v.reason,
-                sink=self.sink.name,
-                fencing_token=self.token,
-            )
-        )
+        # The record only matters to a restart (which redoes the idempotent eviction); the
+        # event is what others wait for. Both are written, the plan does not wait on the record.
+        written = asyncio.ensure_future(self.kv.update(key, done_record, last=revision))
+        self.records.add(written)
+        written.add_done_callback(self.records.discard)
+        await self.ctx.publisher.publish(actuated)
         return True
 
     async def expire(self, stop: asyncio.Event) -> None:
@@ -222,7 +228,7 @@ class Actuator:
             async with self.lock:
                 now = time.monotonic()
                 for plan_id, held in list(self.held.items()):
-                    if now - held.since <= timeout:
+                    if held.started or now - held.since <= timeout:
                         continue
                     half = held.proposal or held.confirmed
                     waiting = "confirmation" if held.confirmed is None else "proposal"
@@ -258,6 +264,11 @@ class Actuator:
                 tg.create_task(lease.keep(stop))
                 tg.create_task(self.consumer.run(stop))
                 tg.create_task(self.expire(stop))
+            if self.running:  # plans in progress finish before we go
+                await asyncio.wait(self.running, timeout=5)
+            pending_records = [r for r in self.records if not r.done()]
+            if pending_records:
+                await asyncio.wait(pending_records, timeout=5)
         finally:
             if not lease.lost.is_set():
                 await lease.release()

@@ -116,6 +116,9 @@ class Ingest:
                 await self.play(step)
 
     # -- timeline ------------------------------------------------------------------------
+    def triggers_pending(self) -> bool:
+        return any(s.when is not None and i not in self.fired for i, s in enumerate(self.steps))
+
     async def play(self, step: Step) -> None:
         assert self.sim is not None
         if step.apply:
@@ -145,7 +148,10 @@ class Ingest:
 
         async def on_read(msg: Msg) -> None:
             assert self.sim is not None
-            await self.consumer.drain()  # apply every decision already published first
+            if self.triggers_pending():
+                # A scripted change may be due on an event already published: play it
+                # first, so the read reflects it.
+                await self.consumer.settled()
             req = simwire.decode(msg.data, simwire.ReadRequest)
             assert isinstance(req, simwire.ReadRequest)
             reply = simwire.ReadReply(objects=[self.sim.live(r) for r in req.refs])
@@ -172,6 +178,8 @@ class Ingest:
 
     async def run(self) -> None:
         await self.publish_changes(force=True)
+        if self.sim is not None:
+            await self.sim.flush()  # the starting state is on the bus before anything else
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.watch())
             if self.sim is not None:

@@ -57,12 +57,33 @@ class SimCluster:
         self.evicted_by: dict[str, str] = {}  # workload key -> plan that evicted it
         self.max_token = 0
         self._timers: set[asyncio.Task[None]] = set()
+        # The world changes at once; its STATE events follow in order, as a watch does.
+        self._outbox: asyncio.Queue[events.Event] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
 
     @staticmethod
     def now() -> datetime:
         return datetime.now(UTC)
 
     # -- writes ------------------------------------------------------------------------
+    async def _write(self) -> None:
+        while True:
+            event = await self._outbox.get()
+            try:
+                await self.publisher.publish(event)
+            except Exception:
+                log.exception("state event not published", event_id=event.id)
+            finally:
+                self._outbox.task_done()
+
+    def _emit(self, event: events.Event) -> None:
+        if self._writer is None:
+            self._writer = asyncio.ensure_future(self._write())
+        self._outbox.put_nowait(event)
+
+    async def flush(self) -> None:
+        await self._outbox.join()
+
     async def upsert(self, obj: Any) -> Any:
         self.rv += 1
         if isinstance(obj, Workload):
@@ -72,7 +93,7 @@ class SimCluster:
         kinds.put(self.world, obj)
         kind, key = kinds.kind_of(obj), kinds.key_of(obj)
         uid = getattr(obj, "uid", "")
-        await self.publisher.publish(
+        self._emit(
             events.ObjectUpserted(
                 id=f"{kind}/{key}@{self.rv}",
                 occurred_at=self.now(),
@@ -90,7 +111,7 @@ class SimCluster:
         if obj is None:
             return
         self.rv += 1
-        await self.publisher.publish(
+        self._emit(
             events.ObjectDeleted(
                 id=f"{kind}/{key}@{self.rv}-deleted",
                 occurred_at=self.now(),
@@ -200,6 +221,9 @@ class SimCluster:
     async def close(self) -> None:
         for t in list(self._timers):
             t.cancel()
+        await self.flush()
+        if self._writer is not None:
+            self._writer.cancel()
 
 
 __all__ = ["SimCluster"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 from gangpreempt.planning.inflight import PlanInFlight
@@ -18,7 +20,8 @@ class Flight(msgspec.Struct):
 
 
 class Flights:
-    def __init__(self) -> None:
+    def __init__(self, on_end: Callable[[Flight], None]) -> None:
+        self.on_end = on_end  # called once for every flight that ends
         self.by_preemptor: dict[str, Flight] = {}
         # preemptor -> STATE seq of its last failed attempt: retry only once state moved on
         self.failed_at: dict[str, int] = {}
@@ -31,8 +34,13 @@ class Flights:
     def claimed(self) -> set[str]:
         return {v for p in self.plans() for v in p.victims}
 
+    def end(self, preemptor: str) -> None:
+        flight = self.by_preemptor.pop(preemptor, None)
+        if flight is not None:
+            self.on_end(flight)
+
     def fail(self, preemptor: str, seq: int) -> None:
-        self.by_preemptor.pop(preemptor, None)
+        self.end(preemptor)
         self.failed_at[preemptor] = seq
 
     def waiting(self) -> frozenset[str]:

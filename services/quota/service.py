@@ -20,8 +20,8 @@ from gangpreempt import events
 from gangpreempt.bus import Consumer
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.planning import admission_pass
-from gangpreempt.planning.inflight import PlanInFlight, hold_for_plans, rejection
-from gangpreempt.quota.snapshot import Snapshot
+from gangpreempt.planning.inflight import PlanInFlight, rejection
+from gangpreempt.quota.ledger import Ledger
 from gangpreempt.replica import StateReplica
 from services.quota.flights import ACTUATED, CONFIRMED, Flight, Flights
 from services.runtime import ServiceContext, sleep_or_stop
@@ -37,9 +37,10 @@ class Quota:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.replica = StateReplica(ctx.nc, ctx.topology, "quota")
-        self.flights = Flights()
+        self.flights = Flights(on_end=self.flight_ended)
         self.dirty = asyncio.Event()
-        self.replica.on_change(self.dirty.set)
+        self.ledger: Ledger | None = None
+        self.replica.on_change(self.on_state_change)
         self.published: dict[str, tuple[str, ...]] = {}  # workload -> last decision signature
         self.counter = itertools.count(1)
         self.instance = f"{os.getpid()}-{int(asyncio.get_running_loop().time() * 1000)}"
@@ -54,7 +55,17 @@ class Quota:
                 ctx.topology.service_wildcard("actuator"),
             ],
             handler=self.on_event,
+            concurrency=16,
         )
+
+    def flight_ended(self, flight: Flight) -> None:
+        if flight.plan is not None and self.ledger is not None:
+            self.ledger.unhold(flight.plan.plan_id)
+
+    def on_state_change(self, kind: str, old: Any, new: Any) -> None:
+        if self.ledger is not None:
+            self.ledger.changed(kind, old, new)
+        self.dirty.set()
 
     # -- the admission cycle -----------------------------------------------------------------
     async def cycles(self) -> None:
@@ -77,7 +88,7 @@ class Quota:
         for key, flight in list(self.flights.by_preemptor.items()):
             wl = state.workloads.get(key)
             if wl is None or not wl.is_pending:
-                del self.flights.by_preemptor[key]
+                self.flights.end(key)
                 continue
             if (
                 flight.status == ACTUATED
@@ -87,20 +98,22 @@ class Quota:
                     for victim in flight.plan.victims
                 )
             ):
-                del self.flights.by_preemptor[key]
+                self.flights.end(key)
 
     async def cycle(self) -> None:
         state, now, seq = self.replica.state, self.ctx.now(), self.replica.seq
         self.settle_flights()
-        snapshot = Snapshot.build(state, now)
-        hold_for_plans(state, snapshot, self.flights.plans())
-        decisions = admission_pass(snapshot, self.flights.waiting())
+        assert self.ledger is not None
+        snapshot = self.ledger.current(now)  # plans in flight are held in it
+        with snapshot.scratch():  # nothing awaits in here: the replica cannot interleave
+            decisions = admission_pass(snapshot, self.flights.waiting())
         claimed = self.flights.claimed()
+        outbox: list[events.Event] = []
         for d in decisions:
             key = key_of(d.preemptor)
             wl = state.workloads[key]
             if d.outcome == "Admit":
-                await self.publish_once(key, ("Admit", wl.resource_version), self.admitted(d, wl))
+                self.once(outbox, key, ("Admit", wl.resource_version), self.admitted(d, wl))
             elif d.outcome == "Preempt":
                 if not self.flights.may_request(key, seq):
                     claimed |= {key_of(v.object) for v in d.victims}
@@ -108,7 +121,7 @@ class Quota:
                 request_id = f"{self.instance}-{next(self.counter)}"
                 self.flights.by_preemptor[key] = Flight(request_id=request_id)
                 self.published.pop(key, None)
-                await self.ctx.publisher.publish(
+                outbox.append(
                     events.PreemptionRequested(
                         id=request_id,
                         occurred_at=now,
@@ -136,7 +149,9 @@ class Quota:
                     mode=d.mode,
                     message=d.message,
                 )
-                await self.publish_once(key, signature, pending)
+                self.once(outbox, key, signature, pending)
+        # One cycle's events go out together: their acknowledgements overlap.
+        await asyncio.gather(*(self.ctx.publisher.publish(e) for e in outbox))
 
     def admitted(self, d: Any, wl: Any) -> events.Admitted:
         pod_sets = []
@@ -156,11 +171,13 @@ class Quota:
             pod_sets=tuple(pod_sets),
         )
 
-    async def publish_once(self, key: str, signature: tuple[str, ...], event: events.Event) -> None:
-        if self.published.get(key) == signature:
-            return
-        self.published[key] = signature
-        await self.ctx.publisher.publish(event)
+    def once(
+        self, outbox: list[events.Event], key: str, signature: tuple[str, ...], event: events.Event
+    ) -> None:
+        """Queue ``event`` unless the same decision was already published."""
+        if self.published.get(key) != signature:
+            self.published[key] = signature
+            outbox.append(event)
 
     # -- plans --------------------------------------------------------------------------------
     async def on_event(self, event: Any, _delivery: Delivery) -> None:
@@ -208,18 +225,20 @@ class Quota:
             reason = None if flight.plan.plan_id == p.plan_id else "another plan is in flight"
         else:
             await self.replica.wait_seq(p.state_seq)
+            assert self.ledger is not None
             reason = rejection(
-                self.replica.state,
-                self.ctx.now(),
+                self.ledger.current(self.ctx.now()),
                 plan,
                 p.preemptor_uid,
                 {key_of(v.object): v.uid for v in p.victims},
-                self.flights.plans(exclude=key),
+                self.ledger.claimed(),
             )
         now = self.ctx.now()
         if reason is None:
             if flight is not None:
                 flight.status, flight.plan = CONFIRMED, plan
+                assert self.ledger is not None
+                self.ledger.hold(plan)
             await self.ctx.publisher.publish(
                 events.PlanConfirmed(
                     id=f"confirmed-{p.plan_id}",
@@ -246,6 +265,7 @@ class Quota:
     async def run(self) -> None:
         await self.replica.start()
         await self.replica.caught_up(timeout=30)
+        self.ledger = Ledger(self.replica.state, self.ctx.now())
         self.dirty.set()
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.consumer.run(self.ctx.stop))

@@ -16,7 +16,8 @@ import structlog
 from gangpreempt import events
 from gangpreempt.bus import Consumer
 from gangpreempt.bus.consuming import Delivery
-from gangpreempt.planning import plan
+from gangpreempt.planning import plan_on
+from gangpreempt.quota.ledger import Ledger
 from gangpreempt.replica import StateReplica
 from services.runtime import ServiceContext
 
@@ -31,6 +32,8 @@ class Victims:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.replica = StateReplica(ctx.nc, ctx.topology, "victims")
+        self.ledger: Ledger | None = None
+        self.replica.on_change(self.on_state_change)
         self.consumer = Consumer(
             ctx.nc,
             ctx.topology,
@@ -39,7 +42,12 @@ class Victims:
             stream=ctx.topology.decisions_stream,
             subjects=[ctx.topology.event_subject(events.PreemptionRequested)],
             handler=self.on_event,
+            concurrency=16,
         )
+
+    def on_state_change(self, kind: str, old: Any, new: Any) -> None:
+        if self.ledger is not None:
+            self.ledger.changed(kind, old, new)
 
     async def on_event(self, event: Any, _delivery: Delivery) -> None:
         if not isinstance(event, events.PreemptionRequested):
@@ -68,7 +76,9 @@ class Victims:
             return infeasible("the preemptor no longer exists")
         if not wl.is_pending:
             return infeasible("the preemptor is no longer pending")
-        decision = plan(state, now, f"Workload/{key}", excluded=req.claimed).decisions[0]
+        assert self.ledger is not None
+        snapshot = self.ledger.current(now)
+        decision = plan_on(snapshot, f"Workload/{key}", excluded=req.claimed).decisions[0]
         if decision.outcome != "Preempt":
             return infeasible(f"{decision.outcome}: {decision.message}")
         victims = []
@@ -104,6 +114,7 @@ class Victims:
     async def run(self) -> None:
         await self.replica.start()
         await self.replica.caught_up(timeout=30)
+        self.ledger = Ledger(self.replica.state, self.ctx.now())
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.consumer.run(self.ctx.stop))
 

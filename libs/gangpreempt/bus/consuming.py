@@ -111,6 +111,7 @@ class Consumer:
         ack_wait: float = 30.0,
         max_attempts: int = 5,
         deliver_policy: DeliverPolicy = DeliverPolicy.ALL,
+        concurrency: int = 1,
     ) -> None:
         self.nc = nc
         self.js = nc.jetstream()
@@ -124,32 +125,24 @@ class Consumer:
         self.ack_wait = ack_wait
         self.max_attempts = max_attempts
         self.deliver_policy = deliver_policy
+        self.concurrency = concurrency
         self.dead_letters = DeadLetters(nc, topology, service)
-        self._lock = asyncio.Lock()
         self._psub: Any = None
-        self._in_hand = 0  # fetched by the loop, not yet processed
-        self._idle = asyncio.Condition()
         self.ready = asyncio.Event()
 
-    async def drain(self) -> int:
-        """Process every message already stored for this consumer, now (e.g. before
-        answering a read that must reflect them). Returns how many were processed."""
+    async def settled(self, timeout: float = 2.0) -> None:
+        """Wait until every message already stored for this consumer has been handled and
+        acknowledged (for consumers whose handlers never hold messages), e.g. before
+        answering a read that must reflect them."""
         await self.ready.wait()
-        async with self._idle:
-            await self._idle.wait_for(lambda: self._in_hand == 0)
-        done = 0
-        async with self._lock:
-            while True:
-                info = await self._psub.consumer_info()
-                if not info.num_pending:
-                    return done
-                try:
-                    msgs = await self._psub.fetch(min(self.batch, info.num_pending), timeout=1)
-                except (TimeoutError, NatsTimeoutError):
-                    return done
-                for msg in msgs:
-                    await self.process(msg)
-                    done += 1
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            info = await self._psub.consumer_info()
+            if not info.num_pending and not info.num_ack_pending:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise Transient(f"{self.durable}: {info.num_pending} messages still pending")
+            await asyncio.sleep(0.002)
 
     async def run(self, stop: asyncio.Event) -> None:
         self._psub = psub = await self.js.pull_subscribe(
@@ -171,22 +164,33 @@ class Consumer:
                 msgs = await psub.fetch(self.batch, timeout=0.5)
             except (TimeoutError, NatsTimeoutError):
                 continue
-            self._in_hand = len(msgs)
-            try:
-                async with self._lock:
-                    for msg in msgs:
-                        if stop.is_set():
-                            # Shutting down: give the rest back at once, not after AckWait.
-                            with contextlib.suppress(Exception):
-                                await msg.nak()
-                            continue
-                        await self.process(msg)
-            finally:
-                async with self._idle:
-                    self._in_hand = 0
-                    self._idle.notify_all()
+            await self._process_batch(msgs, stop)
         with contextlib.suppress(Exception):
             await psub.unsubscribe()
+
+    async def _process_batch(self, msgs: list[Msg], stop: asyncio.Event) -> None:
+        """Handle a batch, up to ``concurrency`` messages at a time (handlers must then be
+        safe to interleave at their awaits)."""
+        if self.concurrency <= 1:
+            for msg in msgs:
+                if stop.is_set():
+                    # Shutting down: give the rest back at once, not after AckWait.
+                    with contextlib.suppress(Exception):
+                        await msg.nak()
+                    continue
+                await self.process(msg)
+            return
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(msg: Msg) -> None:
+            async with gate:
+                if stop.is_set():
+                    with contextlib.suppress(Exception):
+                        await msg.nak()
+                    return
+                await self.process(msg)
+
+        await asyncio.gather(*(one(m) for m in msgs))
 
     async def process(self, msg: Msg) -> None:
         headers = msg.headers or {}

@@ -36,10 +36,13 @@ def free_port() -> int:
 class NatsServer:
     """A nats-server child process; ``stop()`` terminates it."""
 
-    def __init__(self, store: str, port: int | None = None, extra_config: str = "") -> None:
+    def __init__(
+        self, store: str, port: int | None = None, extra_config: str = "", sync_always: bool = True
+    ) -> None:
         self.store = Path(store)
         self.port = port or free_port()
         self.extra_config = extra_config
+        self.sync_always = sync_always
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -51,7 +54,7 @@ class NatsServer:
             f"host: 127.0.0.1\nport: {self.port}\n"
             "jetstream {\n"
             f'  store_dir: "{self.store / "jetstream"}"\n'
-            "  sync_interval: always\n}\n"
+            f"{'  sync_interval: always' if self.sync_always else ''}\n}}\n"
             f"{self.extra_config}"
         )
 

@@ -58,6 +58,10 @@ def put(state: ClusterState, obj: Any) -> None:
     getattr(state, KINDS[kind_of(obj)][1])[key_of(obj)] = obj
 
 
+def get(state: ClusterState, kind: str, key: str) -> Any:
+    return getattr(state, KINDS[kind][1]).get(key)
+
+
 def remove(state: ClusterState, kind: str, key: str) -> Any:
     return getattr(state, KINDS[kind][1]).pop(key, None)
 
@@ -75,6 +79,7 @@ __all__ = [
     "KINDS",
     "decode_object",
     "encode_object",
+    "get",
     "key_of",
     "kind_of",
     "objects",

@@ -3,7 +3,7 @@
 from gangpreempt.planning.cycle import AdmissionPass, admission_pass
 from gangpreempt.planning.deciding import Evaluation, decision, evaluate
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Plan, Victim
-from gangpreempt.planning.planning import parse_object_ref, plan, rfc3339, state_warnings
+from gangpreempt.planning.planning import parse_object_ref, plan, plan_on, rfc3339, state_warnings
 
 __all__ = [
     "ADMIT",
@@ -19,6 +19,7 @@ __all__ = [
     "evaluate",
     "parse_object_ref",
     "plan",
+    "plan_on",
     "rfc3339",
     "state_warnings",
 ]

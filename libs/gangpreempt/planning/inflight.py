@@ -7,7 +7,7 @@ one is in flight")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 import msgspec
@@ -56,14 +56,27 @@ def hold_for_plans(state: ClusterState, snapshot: Snapshot, plans: Iterable[Plan
 
 
 def rejection(
-    state: ClusterState,
-    now: datetime,
+    snapshot: Snapshot,
     plan: PlanInFlight,
     preemptor_uid: str,
-    victim_uids: dict[str, str],
-    others: Iterable[PlanInFlight],
+    victim_uids: Mapping[str, str],
+    claimed: Mapping[str, str],
 ) -> str | None:
-    """Why ``plan`` must not be confirmed against the live ledger, or None."""
+    """Why ``plan`` must not be confirmed, or None. ``snapshot`` is the live ledger with the
+    plans already in flight held in it; ``claimed`` maps their victims to their plans. The
+    snapshot is left as it was."""
+    with snapshot.scratch():
+        return _rejection(snapshot, plan, preemptor_uid, victim_uids, claimed)
+
+
+def _rejection(
+    snapshot: Snapshot,
+    plan: PlanInFlight,
+    preemptor_uid: str,
+    victim_uids: Mapping[str, str],
+    claimed: Mapping[str, str],
+) -> str | None:
+    state = snapshot.state
     wl = state.workloads.get(plan.preemptor)
     if wl is None:
         return f"preemptor {plan.preemptor} no longer exists"
@@ -71,8 +84,6 @@ def rejection(
         return f"preemptor {plan.preemptor} was replaced (uid {wl.uid})"
     if not wl.is_pending:
         return f"preemptor {plan.preemptor} is no longer pending"
-    others = list(others)
-    claimed = {v: o.plan_id for o in others for v in o.victims}
     for victim in plan.victims:
         v = state.workloads.get(victim)
         if v is None:
@@ -82,12 +93,10 @@ def rejection(
             return f"victim {victim} was replaced (uid {v.uid})"
         if not v.holds_quota:
             return f"victim {victim} no longer holds quota"
-        if victim in claimed:
+        if claimed.get(victim, plan.plan_id) != plan.plan_id:
             return f"victim {victim} is already claimed by plan {claimed[victim]}"
-    snapshot = Snapshot.build(state, now)
     if plan.cluster_queue not in snapshot.cqs:
         return f"ClusterQueue {plan.cluster_queue} not found"
-    hold_for_plans(state, snapshot, others)
     for victim in plan.victims:
         aw = snapshot.admitted.get(victim)
         if aw is not None:

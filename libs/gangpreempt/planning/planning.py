@@ -46,7 +46,18 @@ def plan(
 
     ``excluded`` names workloads (``namespace/name``) already promised to other
     preemptors: they keep their quota but are not candidates."""
-    snapshot = Snapshot.build(state, now)
+    return plan_on(Snapshot.build(state, now), workload, excluded)
+
+
+def plan_on(snapshot: Snapshot, workload: str | None = None, excluded: Iterable[str] = ()) -> Plan:
+    """``plan`` on an existing snapshot (of ``snapshot.state`` at ``snapshot.now``), which
+    is left exactly as it was: what the services call on their live ledgers."""
+    with snapshot.scratch():
+        return _plan(snapshot, workload, excluded)
+
+
+def _plan(snapshot: Snapshot, workload: str | None, excluded: Iterable[str]) -> Plan:
+    state, now = snapshot.state, snapshot.now
     for key in excluded:
         snapshot.pin(key)
     if workload is None:
@@ -80,4 +91,4 @@ def state_warnings(state: ClusterState) -> list[str]:
     ]
 
 
-__all__ = ["parse_object_ref", "plan", "rfc3339", "state_warnings"]
+__all__ = ["parse_object_ref", "plan", "plan_on", "rfc3339", "state_warnings"]

@@ -301,12 +301,12 @@ class Candidates:
                     amounts[fr] = max(amounts.get(fr, 0), total)
         snapshot = self.snapshot
         for name, amounts in freed.items():
-            snapshot.give_usage(snapshot.cqs[name].node, amounts)
+            snapshot.withdraw(snapshot.cqs[name].node, amounts)
         try:
             return fits(borrowing)
         finally:
             for name, amounts in freed.items():
-                snapshot.take_usage(snapshot.cqs[name].node, amounts)
+                snapshot.put_back(snapshot.cqs[name].node, amounts)
 
 
 __all__ = [

@@ -11,7 +11,8 @@ A ``Snapshot`` is built once from a ``ClusterState`` and mutated in two ways:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
 from gangpreempt.model.cluster import ClusterState
@@ -171,6 +172,28 @@ class Snapshot:
         self.flavors: dict[str, ResourceFlavor] = state.flavors
         self.admitted: dict[str, AdmittedWorkload] = {}
         self.pinned: set[str] = set()  # hold quota but may not be preempted
+        # While a scratch section is open: how to undo each permanent change, in order.
+        self._journal: list[Callable[[], None]] | None = None
+
+    @contextlib.contextmanager
+    def scratch(self) -> Iterator[Snapshot]:
+        """Make changes (a whole admission pass, plans in flight, pins) and have them all
+        undone on exit, exactly, so one long-lived snapshot serves every computation."""
+        if self._journal is not None:
+            yield self
+            return
+        journal: list[Callable[[], None]] = []
+        self._journal = journal
+        try:
+            yield self
+        finally:
+            self._journal = None
+            for undo in reversed(journal):
+                undo()
+
+    def _record(self, undo: Callable[[], None]) -> None:
+        if self._journal is not None:
+            self._journal.append(undo)
 
     # -- building ------------------------------------------------------------------
     @classmethod
@@ -239,22 +262,28 @@ class Snapshot:
         return snap
 
     # -- permanent changes ---------------------------------------------------------
-    def admit(self, aw: AdmittedWorkload) -> None:
+    def admit(self, aw: AdmittedWorkload, pinned: bool = False) -> None:
         cq = self.cqs[aw.cq]
         cq.workloads[aw.key] = aw
-        cq._insert(aw)
+        if pinned:
+            self.pinned.add(aw.key)
+        else:
+            cq._insert(aw)
         self.admitted[aw.key] = aw
-        self.take_usage(cq.node, aw.usage)
+        _take(cq.node, aw.usage)
+        self._record(lambda: self.release(aw))
 
     def release(self, aw: AdmittedWorkload) -> None:
         cq = self.cqs[aw.cq]
         del cq.workloads[aw.key]
-        if aw.key in self.pinned:
+        was_pinned = aw.key in self.pinned
+        if was_pinned:
             self.pinned.discard(aw.key)
         else:
             cq._delete(aw)
         del self.admitted[aw.key]
-        self.give_usage(cq.node, aw.usage)
+        _give(cq.node, aw.usage)
+        self._record(lambda: self.admit(aw, pinned=was_pinned))
 
     def pin(self, key: str) -> None:
         """Keep the workload's usage but take it out of every candidate index (it is
@@ -264,23 +293,36 @@ class Snapshot:
             return
         self.cqs[aw.cq]._delete(aw)
         self.pinned.add(key)
+        self._record(lambda: self._unpin(aw))
 
-    # -- temporary changes (a search undoes them) ----------------------------------
+    def _unpin(self, aw: AdmittedWorkload) -> None:
+        self.pinned.discard(aw.key)
+        self.cqs[aw.cq]._insert(aw)
+
+    def take_usage(self, node: Node, usage: Quantities) -> None:
+        """Usage that belongs to no admitted workload (an assumed admission, capacity held
+        back): undone by a scratch section."""
+        _take(node, usage)
+        self._record(lambda: _give(node, usage))
+
+    def give_usage(self, node: Node, usage: Quantities) -> None:
+        _give(node, usage)
+        self._record(lambda: _take(node, usage))
+
+    # -- temporary changes (a search undoes them itself) ---------------------------
     @staticmethod
-    def take_usage(node: Node, usage: Quantities) -> None:
-        for fr, v in usage.items():
-            add_usage(node, fr, v)
+    def withdraw(node: Node, usage: Quantities) -> None:
+        _give(node, usage)
 
     @staticmethod
-    def give_usage(node: Node, usage: Quantities) -> None:
-        for fr, v in usage.items():
-            remove_usage(node, fr, v)
+    def put_back(node: Node, usage: Quantities) -> None:
+        _take(node, usage)
 
     def remove(self, aw: AdmittedWorkload) -> None:
-        self.give_usage(self.cqs[aw.cq].node, aw.usage)
+        _give(self.cqs[aw.cq].node, aw.usage)
 
     def restore(self, aw: AdmittedWorkload) -> None:
-        self.take_usage(self.cqs[aw.cq].node, aw.usage)
+        _take(self.cqs[aw.cq].node, aw.usage)
 
     # -- queries -------------------------------------------------------------------
     def cluster_queues_in_tree(self, cq: ClusterQueueState) -> Iterator[ClusterQueueState]:
@@ -289,6 +331,16 @@ class Snapshot:
             return
         for node in cq.node.root().subtree_cluster_queues():
             yield self.cqs[node.name]
+
+
+def _take(node: Node, usage: Quantities) -> None:
+    for fr, v in usage.items():
+        add_usage(node, fr, v)
+
+
+def _give(node: Node, usage: Quantities) -> None:
+    for fr, v in usage.items():
+        remove_usage(node, fr, v)
 
 
 def _has_cycle(state: ClusterState, start: str) -> bool:
