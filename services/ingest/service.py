@@ -9,10 +9,12 @@ plays the scenario's timeline. Without ``sim`` it only publishes what the files 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import structlog
 from nats.aio.msg import Msg
 
@@ -21,6 +23,7 @@ from gangpreempt.bus import Consumer
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model import kinds
+from gangpreempt.model.workloads import Workload
 from services import simwire
 from services.ingest.sim import SimCluster, split_ref
 from services.ingest.sources import ManifestSource
@@ -45,6 +48,10 @@ class Ingest:
         self.source = ManifestSource(self.scenario, exclude=later)
         self.fired: set[int] = set()
         self.started = time.monotonic()
+        # Manifests carry no resourceVersion: each published version gets one, as from an
+        # API server, so a re-created object is never mistaken for its predecessor.
+        self.epoch = f"m{int(time.time() * 1000)}"
+        self.versions = itertools.count(1)
         self.consumer = Consumer(
             ctx.nc,
             ctx.topology,
@@ -72,11 +79,14 @@ class Ingest:
         if self.sim is not None:
             await self.sim.upsert(obj)
             return
+        version = f"{self.epoch}-{next(self.versions)}"
+        if isinstance(obj, Workload) and not obj.resource_version:
+            obj = msgspec.structs.replace(obj, resource_version=version)
         kind, key = kinds.kind_of(obj), kinds.key_of(obj)
         body = kinds.encode_object(obj)
         await self.ctx.publisher.publish(
             events.ObjectUpserted(
-                id=f"{kind}/{key}#{events.stable_id(body)}",
+                id=f"{kind}/{key}@{version}",
                 occurred_at=self.ctx.now(),
                 kind=kind,
                 key=key,
@@ -92,7 +102,7 @@ class Ingest:
             return
         await self.ctx.publisher.publish(
             events.ObjectDeleted(
-                id=f"{kind}/{key}#deleted-{int(time.time() * 1000)}",
+                id=f"{kind}/{key}@{self.epoch}-{next(self.versions)}-deleted",
                 occurred_at=self.ctx.now(),
                 kind=kind,
                 key=key,

@@ -13,6 +13,7 @@ from gangpreempt.manifests import load
 from gangpreempt.manifests.yamlio import yaml_files
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.workloads import Workload
 from services.ingest.timeline import TIMELINE
 
 log = structlog.get_logger("gangpreempt.ingest")
@@ -25,6 +26,7 @@ class ManifestSource:
         self.path = path
         self.exclude = frozenset(os.path.abspath(p) for p in exclude)
         self._fingerprint: Fingerprint = ()
+        self._seen: Fingerprint = ()  # the files at the previous poll
         self._bodies: dict[tuple[str, str], bytes] = {}
 
     def files(self) -> list[str]:
@@ -42,7 +44,10 @@ class ManifestSource:
         return tuple(out)
 
     def read(self) -> ClusterState:
-        loaded = load(self.files())
+        files = self.files()
+        if not files:
+            return ClusterState()  # an emptied folder: everything was deleted
+        loaded = load(files)
         for warning in loaded.warnings:
             log.warning("manifest warning", warning=warning)
         return loaded.state
@@ -51,9 +56,12 @@ class ManifestSource:
         """(upserted objects, deleted (kind, key)) since the last call, or None when the
         files did not change. A manifest error is logged and the last good state kept."""
         fp = self.fingerprint()
-        if fp == self._fingerprint and not force:
-            return None
-        self._fingerprint = fp
+        if not force:
+            stable = fp == self._seen  # unchanged since the last poll: not being written
+            self._seen = fp
+            if not stable or fp == self._fingerprint:
+                return None
+        self._fingerprint = self._seen = fp
         try:
             state = self.read()
         except ManifestError as exc:
@@ -69,7 +77,19 @@ class ManifestSource:
                 upserts.append(obj)
         deletes = [k for k in self._bodies if k not in bodies]
         self._bodies = bodies
+        # Queues and flavors first, then workloads holding quota, then pending ones: a
+        # reader that sees only part of the change never sees a pending workload without
+        # the usage it competes with.
+        upserts.sort(key=_publish_order)
         return upserts, deletes
+
+
+_KIND_ORDER = {kind: i for i, kind in enumerate(kinds.KINDS)}
+
+
+def _publish_order(obj: Any) -> tuple[int, int]:
+    pending = 1 if isinstance(obj, Workload) and not obj.holds_quota else 0
+    return _KIND_ORDER[kinds.kind_of(obj)], pending
 
 
 __all__ = ["ManifestSource"]

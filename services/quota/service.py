@@ -65,6 +65,10 @@ class Quota:
     def on_state_change(self, kind: str, old: Any, new: Any) -> None:
         if self.ledger is not None:
             self.ledger.changed(kind, old, new)
+        if kind == "Workload" and new is None and old is not None:
+            self.published.pop(old.key, None)  # forget it: a new one may reuse the name
+            self.flights.failed_at.pop(old.key, None)
+            self.flights.end(old.key)
         self.dirty.set()
 
     # -- the admission cycle -----------------------------------------------------------------

@@ -1,0 +1,158 @@
+"""The services reach the decisions ``gangpreempt plan`` reaches, on the scenario suite:
+ingest watches a folder (no sim) and each bundle is swapped into it in turn."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+from nats.js.api import DeliverPolicy
+
+from gangpreempt import events
+from gangpreempt.bus import Topology
+from gangpreempt.manifests import load
+from gangpreempt.planning import plan
+from tests.e2e.harness import Services
+from tests.scenarios.runner import bundles, expectation, manifest_files
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+OUTCOME = {
+    events.Admitted: "Admit",
+    events.Pending: "Pending",
+    events.PreemptionRequested: "Preempt",
+}
+
+
+def suite() -> list[Path]:
+    return [
+        b for b in bundles() if "workload" in (exp := expectation(b)) and "assignment" not in exp
+    ]
+
+
+async def test_services_and_plan_agree_on_the_scenario_suite(
+    nc: Client, topology: Topology, services: Services, scenario_dir: Path
+) -> None:
+    seen: list[events.Event] = []
+
+    async def on_msg(msg: object) -> None:
+        seen.append(events.decode(msg.data))  # type: ignore[attr-defined]
+
+    js = nc.jetstream()
+    sub = await js.subscribe(
+        f"{topology.prefix}.>",
+        cb=on_msg,
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.NEW,
+        stream=topology.decisions_stream,
+    )
+    state_seen: list[events.Event] = []
+
+    async def on_state(msg: object) -> None:
+        state_seen.append(events.decode(msg.data))  # type: ignore[attr-defined]
+
+    state_sub = await js.subscribe(
+        f"{topology.prefix}.state.>",
+        cb=on_state,
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.NEW,
+        stream=topology.state_stream,
+    )
+    services.start(
+        extra={
+            "GANGPREEMPT_SIM": "false",
+            "GANGPREEMPT_SINK": "log",
+            "GANGPREEMPT_POLL_INTERVAL": "0.05",
+        }
+    )
+
+    async def until(check, timeout: float, what: str):  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = check()
+            if found:
+                return found
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"timed out: {what}")
+
+    def live_objects() -> set[tuple[str, str]]:
+        live: set[tuple[str, str]] = set()
+        for e in state_seen:
+            if isinstance(e, events.ObjectUpserted):
+                live.add((e.kind, e.key))
+            elif isinstance(e, events.ObjectDeleted):
+                live.discard((e.kind, e.key))
+        return live
+
+    checked = 0
+    disagreements = []
+    for folder in suite():
+        exp = expectation(folder)
+        target = exp["workload"]
+        # Empty the folder and wait until every object is gone from the state.
+        for f in scenario_dir.iterdir():
+            f.unlink()
+        await until(lambda: not live_objects() or None, 10, f"{folder.name}: cleared")
+        # Copy the bundle; the services decide; so does plan, on the same manifests.
+        start = len(seen)
+        for f in manifest_files(folder):
+            shutil.copy(f, scenario_dir / Path(f).name)
+        await until(
+            lambda start=start, target=target: next(
+                (e for e in seen[start:] if type(e) in OUTCOME and e.workload == target), None
+            ),
+            15,
+            f"{folder.name}: a decision for {target}",
+        )
+        # The services' decision is their last one once nothing moves any more.
+        quiet_from = len(seen)
+        while True:
+            await asyncio.sleep(0.25)
+            if len(seen) == quiet_from:
+                break
+            quiet_from = len(seen)
+        decision_event = [e for e in seen[start:] if type(e) in OUTCOME and e.workload == target][
+            -1
+        ]
+        state = load(manifest_files(folder)).state
+        now = datetime.now(UTC)
+        expected = next(d for d in plan(state, now).decisions if d.preemptor == target)
+        got = OUTCOME[type(decision_event)]
+        if got != expected.outcome:
+            said = getattr(decision_event, "message", "")
+            disagreements.append(
+                f"{folder.name}: services {got} ({said}), plan {expected.outcome} ({expected.message})"
+            )
+            continue
+        if isinstance(decision_event, events.PreemptionRequested):
+            answer = await until(
+                lambda start=start, request=decision_event: next(
+                    (
+                        e
+                        for e in seen[start:]
+                        if isinstance(e, events.PlanProposed | events.PreemptionInfeasible)
+                        and e.request_id == request.request_id
+                    ),
+                    None,
+                ),
+                15,
+                f"{folder.name}: the victims' answer",
+            )
+            assert isinstance(answer, events.PlanProposed), f"{folder.name}: {answer}"
+            want = plan(state, now, target, excluded=decision_event.claimed).decisions[0]
+            got_victims = {(v.object, v.reason) for v in answer.victims}
+            want_victims = {(v.object, v.reason) for v in want.victims}
+            if got_victims != want_victims:
+                disagreements.append(
+                    f"{folder.name}: services {sorted(got_victims)}, plan {sorted(want_victims)}"
+                )
+        checked += 1
+    await sub.unsubscribe()
+    await state_sub.unsubscribe()
+    assert not disagreements, disagreements
+    assert checked >= 100, f"only {checked} bundles checked"
+    assert all(services.alive().values())
