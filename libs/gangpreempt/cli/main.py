@@ -101,6 +101,14 @@ def _service_options(f: Any) -> Any:
             "--termination-delay",
             help="sim: seconds a victim keeps its quota [GANGPREEMPT_TERMINATION_DELAY].",
         ),
+        click.option(
+            "--poll-interval",
+            help="ingest: seconds between checks of the manifests [GANGPREEMPT_POLL_INTERVAL].",
+        ),
+        click.option(
+            "--cycle-delay",
+            help="quota: seconds to gather changes before a cycle [GANGPREEMPT_CYCLE_DELAY].",
+        ),
         click.option("--sink", help="actuator: sim or log [GANGPREEMPT_SINK]."),
         click.option(
             "--plan-timeout", help="actuator: seconds a plan may wait [GANGPREEMPT_PLAN_TIMEOUT]."

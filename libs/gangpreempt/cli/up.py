@@ -201,7 +201,17 @@ async def run_up(
     os.makedirs(logs, exist_ok=True)
     env = dict(os.environ)
     env[env_name("nats_url")] = url
-    for name in ("prefix", "termination_delay", "plan_timeout", "lease_ttl", "log_level", "sink"):
+    for name in (
+        "prefix",
+        "termination_delay",
+        "plan_timeout",
+        "lease_ttl",
+        "log_level",
+        "sink",
+        "sim",
+        "poll_interval",
+        "cycle_delay",
+    ):
         env[env_name(name)] = str(getattr(settings, name))
     if settings.scenario:
         env[env_name("scenario")] = os.path.abspath(settings.scenario)
