@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,8 +28,11 @@ from pathlib import Path
 
 from nats.js.api import DeliverPolicy
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
+
+from bench.stats import stats_ms
 from gangpreempt import events
-from gangpreempt.bus import NatsServer, Topology, connected, provision
+from gangpreempt.bus import NatsServer, Topology, connected, follow, provision
 from gangpreempt.manifests import load
 from gangpreempt.planning import plan_on
 from gangpreempt.quota.ledger import Ledger
@@ -113,20 +115,6 @@ def core_times(folder: Path, n: int) -> list[float]:
     return times
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-def stats_ms(values: list[float]) -> dict[str, float]:
-    return {
-        "n": len(values),
-        "p50_ms": statistics.median(values) * 1e3,
-        "p99_ms": pct(values, 99) * 1e3,
-        "max_ms": max(values) * 1e3,
-    }
-
-
 async def collect(url: str, topology: Topology, want: int, timeout: float) -> list[events.Event]:
     async with connected(url, "bench") as nc:
         js = nc.jetstream()
@@ -144,12 +132,8 @@ async def collect(url: str, topology: Topology, want: int, timeout: float) -> li
                 if actuated >= want:
                     done.set()
 
-        sub = await js.subscribe(
-            f"{topology.prefix}.*.*",
-            cb=on_msg,
-            ordered_consumer=True,
-            deliver_policy=DeliverPolicy.ALL,
-            stream=topology.decisions_stream,
+        sub = await follow(
+            nc, f"{topology.prefix}.*.*", topology.decisions_stream, on_msg, DeliverPolicy.ALL
         )
         try:
             await asyncio.wait_for(done.wait(), timeout)

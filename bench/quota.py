@@ -22,13 +22,15 @@ import json
 import platform
 import random
 import resource
-import statistics
 import sys
 import time
 import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
+
+from bench.stats import stats_ms
 from gangpreempt.model import (
     Admission,
     ClusterQueue,
@@ -141,23 +143,6 @@ def build_state(cohorts: int, queues: int, admitted: int, pending: int, seed: in
     return st
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[k]
-
-
-def summary(values: list[float]) -> dict[str, float]:
-    return {
-        "n": len(values),
-        "median_ms": statistics.median(values) * 1e3 if values else float("nan"),
-        "p99_ms": pct(values, 99) * 1e3,
-        "max_ms": max(values) * 1e3 if values else float("nan"),
-    }
-
-
 def run(
     cohorts: int, queues: int, admitted: int, pending: int, passes: int, seed: int
 ) -> dict[str, object]:
@@ -213,10 +198,10 @@ def run(
             "priority_classes": [p for _n, p in PRIORITIES],
         },
         "snapshot_build_s": build_s,
-        "decision_all": summary(all_times),
-        "decision_preempt": summary(preempt_times),
+        "decision_all": stats_ms(all_times),
+        "decision_preempt": stats_ms(preempt_times),
         "decision_outcomes": outcomes,
-        "admission_pass": summary(pass_times),
+        "admission_pass": stats_ms(pass_times),
         "admission_pass_outcomes": pass_outcomes,
         "peak_traced_mib": peak / 2**20,
         "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -245,7 +230,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         f"{shape['cluster_queues'] // shape['cohorts']} "
         f"ClusterQueues, {shape['admitted']} admitted, {shape['pending']} pending"
     )
-    print(f"{'measure':<34}{'n':>6}{'median ms':>12}{'p99 ms':>10}{'max ms':>10}")
+    print(f"{'measure':<34}{'n':>6}{'p50 ms':>12}{'p99 ms':>10}{'max ms':>10}")
     for label, key in (
         ("one decision (every pending)", "decision_all"),
         ("one decision (ending in Preempt)", "decision_preempt"),
@@ -253,9 +238,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     ):
         s = result[key]
         assert isinstance(s, dict)
-        print(
-            f"{label:<34}{s['n']:>6}{s['median_ms']:>12.3f}{s['p99_ms']:>10.3f}{s['max_ms']:>10.3f}"
-        )
+        print(f"{label:<34}{s['n']:>6}{s['p50_ms']:>12.3f}{s['p99_ms']:>10.3f}{s['max_ms']:>10.3f}")
     print(f"snapshot build: {result['snapshot_build_s']:.2f} s")
     print(
         f"decision outcomes: {result['decision_outcomes']}; "

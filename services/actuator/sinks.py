@@ -11,7 +11,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 
 from gangpreempt.bus import Topology
 from gangpreempt.errors import Transient
-from gangpreempt.planning.barrier import LiveObject
+from gangpreempt.planning.barrier import LiveObject, live_workload
 from gangpreempt.replica import StateReplica
 from services import simwire
 
@@ -67,24 +67,8 @@ class LogSink:
 
     async def read(self, refs: list[str]) -> dict[str, LiveObject]:
         await self.replica.caught_up()
-        out = {}
-        for ref in refs:
-            key = ref.split("/", 1)[1]
-            wl = self.replica.state.workloads.get(key)
-            out[ref] = (
-                LiveObject(ref=ref, exists=False)
-                if wl is None
-                else LiveObject(
-                    ref=ref,
-                    exists=True,
-                    uid=wl.uid,
-                    resource_version=wl.resource_version,
-                    holds_quota=wl.holds_quota,
-                    pending=wl.is_pending,
-                    evicting=wl.is_evicting,
-                )
-            )
-        return out
+        state = self.replica.state
+        return {ref: live_workload(ref, state.workloads.get(ref.split("/", 1)[1])) for ref in refs}
 
     async def evict(self, request: simwire.EvictRequest) -> simwire.EvictReply:
         log.info(

@@ -32,7 +32,7 @@ from gangpreempt.model.workloads import (
     PodSetAssignment,
     Workload,
 )
-from gangpreempt.planning.barrier import LiveObject
+from gangpreempt.planning.barrier import LiveObject, live_workload
 from services.simwire import EvictReply, EvictRequest, StatsReply
 
 log = structlog.get_logger("gangpreempt.sim")
@@ -200,20 +200,7 @@ class SimCluster:
     # -- reads -------------------------------------------------------------------------
     def live(self, ref: str) -> LiveObject:
         kind, key = split_ref(ref)
-        if kind != "Workload":
-            return LiveObject(ref=ref, exists=False)
-        wl = self.world.workloads.get(key)
-        if wl is None:
-            return LiveObject(ref=ref, exists=False)
-        return LiveObject(
-            ref=ref,
-            exists=True,
-            uid=wl.uid,
-            resource_version=wl.resource_version,
-            holds_quota=wl.holds_quota,
-            pending=wl.is_pending,
-            evicting=wl.is_evicting,
-        )
+        return live_workload(ref, self.world.workloads.get(key) if kind == "Workload" else None)
 
     def stats(self) -> StatsReply:
         return StatsReply(evictions=dict(self.evictions), fencing_token=self.max_token)

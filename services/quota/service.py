@@ -21,26 +21,20 @@ from gangpreempt.bus import Consumer
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.planning import admission_pass
 from gangpreempt.planning.inflight import PlanInFlight, rejection
-from gangpreempt.quota.ledger import Ledger
-from gangpreempt.replica import StateReplica
+from services.livestate import LiveState, key_of
 from services.quota.flights import ACTUATED, CONFIRMED, Flight, Flights
 from services.runtime import ServiceContext, sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.quota")
 
 
-def key_of(ref: str) -> str:
-    return ref.split("/", 1)[1]
-
-
 class Quota:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
-        self.replica = StateReplica(ctx.nc, ctx.topology, "quota")
+        self.live = LiveState(ctx, "quota", on_change=self.on_state_change)
+        self.replica = self.live.replica
         self.flights = Flights(on_end=self.flight_ended)
         self.dirty = asyncio.Event()
-        self.ledger: Ledger | None = None
-        self.replica.on_change(self.on_state_change)
         self.published: dict[str, tuple[str, ...]] = {}  # workload -> last decision signature
         self.counter = itertools.count(1)
         self.instance = f"{os.getpid()}-{int(asyncio.get_running_loop().time() * 1000)}"
@@ -59,12 +53,10 @@ class Quota:
         )
 
     def flight_ended(self, flight: Flight) -> None:
-        if flight.plan is not None and self.ledger is not None:
-            self.ledger.unhold(flight.plan.plan_id)
+        if flight.plan is not None and self.live.ledger is not None:
+            self.live.ledger.unhold(flight.plan.plan_id)
 
     def on_state_change(self, kind: str, old: Any, new: Any) -> None:
-        if self.ledger is not None:
-            self.ledger.changed(kind, old, new)
         if kind == "Workload" and new is None and old is not None:
             self.published.pop(old.key, None)  # forget it: a new one may reuse the name
             self.flights.failed_at.pop(old.key, None)
@@ -107,8 +99,7 @@ class Quota:
     async def cycle(self) -> None:
         state, now, seq = self.replica.state, self.ctx.now(), self.replica.seq
         self.settle_flights()
-        assert self.ledger is not None
-        snapshot = self.ledger.current(now)  # plans in flight are held in it
+        snapshot = self.live.snapshot(now)  # plans in flight are held in it
         with snapshot.scratch():  # nothing awaits in here: the replica cannot interleave
             decisions = admission_pass(snapshot, self.flights.waiting())
         claimed = self.flights.claimed()
@@ -229,20 +220,20 @@ class Quota:
             reason = None if flight.plan.plan_id == p.plan_id else "another plan is in flight"
         else:
             await self.replica.wait_seq(p.state_seq)
-            assert self.ledger is not None
+            assert self.live.ledger is not None
             reason = rejection(
-                self.ledger.current(self.ctx.now()),
+                self.live.snapshot(self.ctx.now()),
                 plan,
                 p.preemptor_uid,
                 {key_of(v.object): v.uid for v in p.victims},
-                self.ledger.claimed(),
+                self.live.ledger.claimed(),
             )
         now = self.ctx.now()
         if reason is None:
             if flight is not None:
                 flight.status, flight.plan = CONFIRMED, plan
-                assert self.ledger is not None
-                self.ledger.hold(plan)
+                assert self.live.ledger is not None
+                self.live.ledger.hold(plan)
             await self.ctx.publisher.publish(
                 events.PlanConfirmed(
                     id=f"confirmed-{p.plan_id}",
@@ -267,9 +258,7 @@ class Quota:
             log.info("plan rejected", plan_id=p.plan_id, workload=p.preemptor, reason=reason)
 
     async def run(self) -> None:
-        await self.replica.start()
-        await self.replica.caught_up(timeout=30)
-        self.ledger = Ledger(self.replica.state, self.ctx.now())
+        await self.live.start()
         self.dirty.set()
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.consumer.run(self.ctx.stop))

@@ -17,23 +17,17 @@ from gangpreempt import events
 from gangpreempt.bus import Consumer
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.planning import plan_on
-from gangpreempt.quota.ledger import Ledger
-from gangpreempt.replica import StateReplica
+from services.livestate import LiveState, key_of
 from services.runtime import ServiceContext
 
 log = structlog.get_logger("gangpreempt.victims")
 
 
-def key_of(ref: str) -> str:
-    return ref.split("/", 1)[1]
-
-
 class Victims:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
-        self.replica = StateReplica(ctx.nc, ctx.topology, "victims")
-        self.ledger: Ledger | None = None
-        self.replica.on_change(self.on_state_change)
+        self.live = LiveState(ctx, "victims")
+        self.replica = self.live.replica
         self.consumer = Consumer(
             ctx.nc,
             ctx.topology,
@@ -44,10 +38,6 @@ class Victims:
             handler=self.on_event,
             concurrency=16,
         )
-
-    def on_state_change(self, kind: str, old: Any, new: Any) -> None:
-        if self.ledger is not None:
-            self.ledger.changed(kind, old, new)
 
     async def on_event(self, event: Any, _delivery: Delivery) -> None:
         if not isinstance(event, events.PreemptionRequested):
@@ -76,9 +66,9 @@ class Victims:
             return infeasible("the preemptor no longer exists")
         if not wl.is_pending:
             return infeasible("the preemptor is no longer pending")
-        assert self.ledger is not None
-        snapshot = self.ledger.current(now)
-        decision = plan_on(snapshot, f"Workload/{key}", excluded=req.claimed).decisions[0]
+        decision = plan_on(
+            self.live.snapshot(now), f"Workload/{key}", excluded=req.claimed
+        ).decisions[0]
         if decision.outcome != "Preempt":
             return infeasible(f"{decision.outcome}: {decision.message}")
         victims = []
@@ -112,9 +102,7 @@ class Victims:
         )
 
     async def run(self) -> None:
-        await self.replica.start()
-        await self.replica.caught_up(timeout=30)
-        self.ledger = Ledger(self.replica.state, self.ctx.now())
+        await self.live.start()
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.consumer.run(self.ctx.stop))
 

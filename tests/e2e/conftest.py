@@ -1,35 +1,12 @@
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nats.aio.client import Client
 
-from gangpreempt.bus import NatsServer, Topology, connected, provision
+from gangpreempt.bus import Topology
 from tests.e2e.harness import Services
-
-
-@pytest.fixture(scope="module")
-def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = NatsServer(str(tmp_path_factory.mktemp("nats"))).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def topology() -> Topology:
-    return Topology(f"e{uuid.uuid4().hex[:10]}")
-
-
-@pytest.fixture
-async def nc(nats_url: str, topology: Topology) -> AsyncIterator[Client]:
-    async with connected(nats_url, "e2e-test") as client:
-        await provision(client.jetstream(), topology, lease_ttl=1.0)
-        yield client
 
 
 @pytest.fixture

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
-from nats.js.api import DeliverPolicy
 
 from gangpreempt import events
-from gangpreempt.bus import Topology
+from gangpreempt.bus import Topology, follow
 from gangpreempt.manifests import load
 from gangpreempt.planning import plan
 from tests.e2e.harness import Services
@@ -42,26 +41,13 @@ async def test_services_and_plan_agree_on_the_scenario_suite(
     async def on_msg(msg: object) -> None:
         seen.append(events.decode(msg.data))  # type: ignore[attr-defined]
 
-    js = nc.jetstream()
-    sub = await js.subscribe(
-        f"{topology.prefix}.>",
-        cb=on_msg,
-        ordered_consumer=True,
-        deliver_policy=DeliverPolicy.NEW,
-        stream=topology.decisions_stream,
-    )
+    sub = await follow(nc, f"{topology.prefix}.>", topology.decisions_stream, on_msg)
     state_seen: list[events.Event] = []
 
     async def on_state(msg: object) -> None:
         state_seen.append(events.decode(msg.data))  # type: ignore[attr-defined]
 
-    state_sub = await js.subscribe(
-        f"{topology.prefix}.state.>",
-        cb=on_state,
-        ordered_consumer=True,
-        deliver_policy=DeliverPolicy.NEW,
-        stream=topology.state_stream,
-    )
+    state_sub = await follow(nc, f"{topology.prefix}.state.>", topology.state_stream, on_state)
     services.start(
         extra={
             "GANGPREEMPT_SIM": "false",

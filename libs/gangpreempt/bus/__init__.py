@@ -2,6 +2,7 @@
 
 from gangpreempt.bus.connecting import connected, wait_for_port
 from gangpreempt.bus.consuming import HOLD, Consumer, DeadLetters, Delivery
+from gangpreempt.bus.following import follow
 from gangpreempt.bus.leasing import Lease
 from gangpreempt.bus.provisioning import leases_bucket, plans_bucket, provision
 from gangpreempt.bus.publishing import Oversized, Publisher
@@ -22,6 +23,7 @@ __all__ = [
     "connected",
     "decode_token",
     "encode_token",
+    "follow",
     "free_port",
     "leases_bucket",
     "nats_server_binary",

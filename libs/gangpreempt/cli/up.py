@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
 from rich.console import Console
 
 from gangpreempt import events
-from gangpreempt.bus import NatsServer, Topology, connected, provision
+from gangpreempt.bus import NatsServer, Topology, connected, follow, provision
 from gangpreempt.cli.serve import SERVICES
 from gangpreempt.config import Settings, env_name
 from gangpreempt.telemetry import setup_logging
@@ -170,13 +169,7 @@ async def _live_view(
                 highlight=False,
             )
 
-        sub = await js.subscribe(
-            f"{topology.prefix}.*.*",
-            cb=on_msg,
-            ordered_consumer=True,
-            deliver_policy=DeliverPolicy.NEW,
-            stream=topology.decisions_stream,
-        )
+        sub = await follow(nc, f"{topology.prefix}.*.*", topology.decisions_stream, on_msg)
         await stop.wait()
         await sub.unsubscribe()
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
+from gangpreempt.model.workloads import Workload
+
 
 class LiveObject(msgspec.Struct, frozen=True):
     """What the source of truth says of one object right now."""
@@ -16,6 +18,21 @@ class LiveObject(msgspec.Struct, frozen=True):
     holds_quota: bool = False
     pending: bool = False
     evicting: bool = False
+
+
+def live_workload(ref: str, wl: Workload | None) -> LiveObject:
+    """What a source of truth holding ``wl`` (or not) says of ``ref``."""
+    if wl is None:
+        return LiveObject(ref=ref, exists=False)
+    return LiveObject(
+        ref=ref,
+        exists=True,
+        uid=wl.uid,
+        resource_version=wl.resource_version,
+        holds_quota=wl.holds_quota,
+        pending=wl.is_pending,
+        evicting=wl.is_evicting,
+    )
 
 
 class PlannedObject(msgspec.Struct, frozen=True):
@@ -53,4 +70,4 @@ def stale_reason(
     return None
 
 
-__all__ = ["LiveObject", "PlannedObject", "stale_reason"]
+__all__ = ["LiveObject", "PlannedObject", "live_workload", "stale_reason"]

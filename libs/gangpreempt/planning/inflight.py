@@ -7,14 +7,12 @@ one is in flight")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from datetime import datetime
+from collections.abc import Mapping
 
 import msgspec
 
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.quota.assignment import pod_set_requests
-from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import Snapshot
 from gangpreempt.quota.tree import Quantities, cq_available
 
@@ -42,19 +40,6 @@ def usage_of(state: ClusterState, snapshot: Snapshot, plan: PlanInFlight) -> Qua
     return usage
 
 
-def hold_for_plans(state: ClusterState, snapshot: Snapshot, plans: Iterable[PlanInFlight]) -> None:
-    """Account plans in flight: victims leave, their preemptors' usage is held."""
-    for plan in plans:
-        for victim in plan.victims:
-            aw = snapshot.admitted.get(victim)
-            if aw is not None:
-                snapshot.release(aw)
-        wl = state.workloads.get(plan.preemptor)
-        cq = snapshot.cqs.get(plan.cluster_queue)
-        if wl is not None and wl.is_pending and cq is not None:
-            snapshot.take_usage(cq.node, usage_of(state, snapshot, plan))
-
-
 def rejection(
     snapshot: Snapshot,
     plan: PlanInFlight,
@@ -66,54 +51,39 @@ def rejection(
     plans already in flight held in it; ``claimed`` maps their victims to their plans. The
     snapshot is left as it was."""
     with snapshot.scratch():
-        return _rejection(snapshot, plan, preemptor_uid, victim_uids, claimed)
+        state = snapshot.state
+        wl = state.workloads.get(plan.preemptor)
+        if wl is None:
+            return f"preemptor {plan.preemptor} no longer exists"
+        if preemptor_uid and wl.uid and wl.uid != preemptor_uid:
+            return f"preemptor {plan.preemptor} was replaced (uid {wl.uid})"
+        if not wl.is_pending:
+            return f"preemptor {plan.preemptor} is no longer pending"
+        for victim in plan.victims:
+            v = state.workloads.get(victim)
+            if v is None:
+                return f"victim {victim} no longer exists"
+            uid = victim_uids.get(victim, "")
+            if uid and v.uid and v.uid != uid:
+                return f"victim {victim} was replaced (uid {v.uid})"
+            if not v.holds_quota:
+                return f"victim {victim} no longer holds quota"
+            if claimed.get(victim, plan.plan_id) != plan.plan_id:
+                return f"victim {victim} is already claimed by plan {claimed[victim]}"
+        if plan.cluster_queue not in snapshot.cqs:
+            return f"ClusterQueue {plan.cluster_queue} not found"
+        for victim in plan.victims:
+            aw = snapshot.admitted.get(victim)
+            if aw is not None:
+                snapshot.release(aw)
+        node = snapshot.cqs[plan.cluster_queue].node
+        for fr, amount in usage_of(state, snapshot, plan).items():
+            if amount > cq_available(node, fr):
+                return (
+                    f"{plan.preemptor} would not fit in ClusterQueue {plan.cluster_queue} even "
+                    f"after its victims leave ({fr[1]} in flavor {fr[0]})"
+                )
+        return None
 
 
-def _rejection(
-    snapshot: Snapshot,
-    plan: PlanInFlight,
-    preemptor_uid: str,
-    victim_uids: Mapping[str, str],
-    claimed: Mapping[str, str],
-) -> str | None:
-    state = snapshot.state
-    wl = state.workloads.get(plan.preemptor)
-    if wl is None:
-        return f"preemptor {plan.preemptor} no longer exists"
-    if preemptor_uid and wl.uid and wl.uid != preemptor_uid:
-        return f"preemptor {plan.preemptor} was replaced (uid {wl.uid})"
-    if not wl.is_pending:
-        return f"preemptor {plan.preemptor} is no longer pending"
-    for victim in plan.victims:
-        v = state.workloads.get(victim)
-        if v is None:
-            return f"victim {victim} no longer exists"
-        uid = victim_uids.get(victim, "")
-        if uid and v.uid and v.uid != uid:
-            return f"victim {victim} was replaced (uid {v.uid})"
-        if not v.holds_quota:
-            return f"victim {victim} no longer holds quota"
-        if claimed.get(victim, plan.plan_id) != plan.plan_id:
-            return f"victim {victim} is already claimed by plan {claimed[victim]}"
-    if plan.cluster_queue not in snapshot.cqs:
-        return f"ClusterQueue {plan.cluster_queue} not found"
-    for victim in plan.victims:
-        aw = snapshot.admitted.get(victim)
-        if aw is not None:
-            snapshot.release(aw)
-    node = snapshot.cqs[plan.cluster_queue].node
-    for fr, amount in usage_of(state, snapshot, plan).items():
-        if amount > cq_available(node, fr):
-            return (
-                f"{plan.preemptor} would not fit in ClusterQueue {plan.cluster_queue} even "
-                f"after its victims leave ({fr[1]} in flavor {fr[0]})"
-            )
-    return None
-
-
-def pending_of(state: ClusterState, key: str, now: datetime) -> PendingWorkload | None:
-    wl = state.workloads.get(key)
-    return PendingWorkload.of(state, wl, now) if wl is not None else None
-
-
-__all__ = ["PlanInFlight", "hold_for_plans", "pending_of", "rejection", "usage_of"]
+__all__ = ["PlanInFlight", "rejection", "usage_of"]

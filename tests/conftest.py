@@ -1,11 +1,10 @@
-"""A real nats-server per test module (free port, temporary store) and a unique prefix
-(streams, subjects, buckets) per test."""
+"""Fixtures shared by the integration and e2e tiers: a real nats-server per test module
+(free port, temporary store) and a unique prefix (streams, subjects, buckets) per test."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
@@ -32,9 +31,3 @@ async def nc(nats_url: str, topology: Topology) -> AsyncIterator[Client]:
     async with connected(nats_url, "test") as client:
         await provision(client.jetstream(), topology, lease_ttl=1.0)
         yield client
-
-
-def scenario(path: Path, text: str) -> str:
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "cluster.yaml").write_text(text)
-    return str(path)
