@@ -160,9 +160,11 @@ class Actuator:
         if stale is not None:
             await self.drop(p.plan_id, p.preemptor, f"stale: {stale}")
             return
-        results = await asyncio.gather(*(self.actuate_victim(p, v) for v in p.victims))
+        acks: list[asyncio.Future[Any]] = []  # the events' acks, awaited once all are sent
+        results = await asyncio.gather(*(self.actuate_victim(p, v, acks) for v in p.victims))
         done = [v.object for v, ok in zip(p.victims, results, strict=True) if ok]
-        await self.ctx.publisher.publish(
+        publisher = self.ctx.publisher
+        plan_ack = await publisher.send(
             events.PlanActuated(
                 id=f"actuated-{p.plan_id}",
                 occurred_at=self.ctx.now(),
@@ -172,10 +174,13 @@ class Actuator:
                 fencing_token=self.token,
             )
         )
+        await asyncio.wait_for(asyncio.gather(*acks, plan_ack), publisher.ack_timeout)
         log.info("plan actuated", plan_id=p.plan_id, workload=p.preemptor, victims=len(done))
         await self.settle(p.plan_id)
 
-    async def actuate_victim(self, p: events.PlanProposed, v: events.PlannedVictim) -> bool:
+    async def actuate_victim(
+        self, p: events.PlanProposed, v: events.PlannedVictim, acks: list[asyncio.Future[Any]]
+    ) -> bool:
         assert self.kv is not None
         key = f"{p.plan_id}.{encode_token(v.object)}"
         record = Record(CLAIMED, self.token, time.time())
@@ -219,7 +224,7 @@ class Actuator:
         written = asyncio.ensure_future(self.kv.update(key, done_record, last=revision))
         self.records.add(written)
         written.add_done_callback(self.records.discard)
-        await self.ctx.publisher.publish(actuated)
+        acks.append(await self.ctx.publisher.send(actuated))
         return True
 
     async def expire(self, stop: asyncio.Event) -> None:

@@ -60,6 +60,7 @@ class SimCluster:
         # The world changes at once; its STATE events follow in order, as a watch does.
         self._outbox: asyncio.Queue[events.Event] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
+        self._acks: set[asyncio.Task[None]] = set()
 
     @staticmethod
     def now() -> datetime:
@@ -67,14 +68,28 @@ class SimCluster:
 
     # -- writes ------------------------------------------------------------------------
     async def _write(self) -> None:
+        """Send the STATE events one after another, in order, without waiting for each
+        ack before the next send (the acks are awaited beside, so ``flush`` still means
+        every event is stored)."""
         while True:
             event = await self._outbox.get()
             try:
-                await self.publisher.publish(event)
+                ack = await self.publisher.send(event)
             except Exception:
                 log.exception("state event not published", event_id=event.id)
-            finally:
                 self._outbox.task_done()
+                continue
+            waiter = asyncio.ensure_future(self._acked(event, ack))
+            self._acks.add(waiter)
+            waiter.add_done_callback(self._acks.discard)
+
+    async def _acked(self, event: events.Event, ack: asyncio.Future[Any]) -> None:
+        try:
+            await asyncio.wait_for(ack, self.publisher.ack_timeout)
+        except Exception:
+            log.exception("state event not stored", event_id=event.id)
+        finally:
+            self._outbox.task_done()
 
     def _emit(self, event: events.Event) -> None:
         if self._writer is None:

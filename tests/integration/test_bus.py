@@ -71,6 +71,19 @@ async def test_a_retried_publish_is_dropped_by_the_stream(nc: Client, topology: 
     assert info.state.messages == 1
 
 
+async def test_sends_without_waiting_keep_their_order(nc: Client, topology: Topology) -> None:
+    """The sim's STATE writer keeps many sends in flight; the stream must store them in
+    the order they were sent, and every ack must arrive."""
+    pub = Publisher(nc, topology, "actuator")
+    acks = [await pub.send(dropped(100 + i)) for i in range(200)]
+    stored = await asyncio.wait_for(asyncio.gather(*acks), 10)
+    assert [a.seq for a in stored] == sorted(a.seq for a in stored)
+    msgs = await stream_messages(
+        nc, topology.decisions_stream, topology.event_subject(events.PlanDropped), want=200
+    )
+    assert [events.decode(m.data).id for m in msgs] == [f"d-{100 + i}" for i in range(200)]
+
+
 async def test_transient_failure_is_redelivered_then_acked(nc: Client, topology: Topology) -> None:
     pub = Publisher(nc, topology, "actuator")
     await pub.publish(dropped(2))

@@ -4,6 +4,8 @@ close the connection)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from nats.aio.client import Client
 from nats.js.api import PubAck
 
@@ -33,14 +35,29 @@ def subject_template(topology: Topology, subject: str) -> str:
 
 
 class Publisher:
-    def __init__(self, nc: Client, topology: Topology, service: str) -> None:
+    def __init__(
+        self, nc: Client, topology: Topology, service: str, ack_timeout: float = 5.0
+    ) -> None:
         self.nc = nc
         self.js = nc.jetstream()
         self.topology = topology
         self.service = service
+        self.ack_timeout = ack_timeout
+        self._primed = False  # the client sets up its ack inbox on the first async publish
+        self._priming = asyncio.Lock()
 
     async def publish(self, event: events.Event, *, subject: str | None = None) -> PubAck:
         """Publish to the event's subject (or ``subject``) and wait for the stream's ack."""
+        ack = await self.send(event, subject=subject)
+        return await asyncio.wait_for(ack, self.ack_timeout)
+
+    async def send(
+        self, event: events.Event, *, subject: str | None = None
+    ) -> asyncio.Future[PubAck]:
+        """Send now and return the stream's ack to await later. Sends from one task reach
+        the stream in the order they were made, so a writer can keep several in flight
+        without reordering them (the ack is awaited with a timeout by ``publish``; a
+        caller of ``send`` does the same)."""
         subject = subject or self.topology.subject_of(event)
         body = events.encode(event)
         etype = events.event_type(event)
@@ -49,9 +66,13 @@ class Publisher:
         with publish_span(subject, template, event.id, len(body)):
             inject(headers)
             self.check_size(body, headers, what=f"{etype} {event.id}")
-            return await self.js.publish(
-                subject, body, headers=headers, stream=self.topology.stream_for(subject)
-            )
+            stream = self.topology.stream_for(subject)
+            if self._primed:
+                return await self.js.publish_async(subject, body, headers=headers, stream=stream)
+            async with self._priming:
+                ack = await self.js.publish_async(subject, body, headers=headers, stream=stream)
+                self._primed = True
+                return ack
 
     def check_size(self, body: bytes, headers: dict[str, str], what: str) -> None:
         size = len(body) + header_size(headers)
