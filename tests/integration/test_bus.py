@@ -11,6 +11,7 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
+from nats.js.errors import KeyNotFoundError
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -194,6 +195,32 @@ async def test_lease_is_exclusive_and_its_token_grows(nc: Client, topology: Topo
     await asyncio.wait_for(second.lost.wait(), 3)
     stop.set()
     await keeper
+
+
+async def test_lease_expiring_during_the_clients_create_is_acquired(
+    nc: Client, topology: Topology, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's create re-reads the key after a conflict; if the old holder's lease
+    expires in that instant the read says "not found". That is a free lease, not a
+    failure: acquire tries again and gets it."""
+    kv = await leases_bucket(nc.jetstream(), topology, ttl=1.0)
+    real_create = kv.create
+    calls = 0
+
+    async def create_racing_the_expiry(key: str, value: bytes) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise KeyNotFoundError
+        return await real_create(key, value)
+
+    monkeypatch.setattr(kv, "create", create_racing_the_expiry)
+    token = await asyncio.wait_for(
+        Lease(kv, "actuator", "one", ttl=1.0).acquire(asyncio.Event()), 3
+    )
+    assert calls == 2
+    assert token is not None
+    assert (await kv.get("actuator")).value == b"one"
 
 
 async def test_replica_rebuilds_and_follows_state(nc: Client, topology: Topology) -> None:

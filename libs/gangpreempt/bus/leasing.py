@@ -37,6 +37,10 @@ class Lease:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=max(0.1, self.ttl / 4))
                 continue
+            except KeyNotFoundError:
+                # The client's create looks the key up after a conflict; the holder's
+                # lease can expire in between. It is free now: try again at once.
+                continue
             self.token = self._revision = rev
             self.lost.clear()
             log.info("lease acquired", key=self.key, fencing_token=rev)
