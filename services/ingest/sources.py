@@ -39,7 +39,10 @@ class ManifestSource:
     def fingerprint(self) -> Fingerprint:
         out = []
         for f in self.files():
-            st = os.stat(f)
+            try:
+                st = os.stat(f)
+            except FileNotFoundError:
+                continue  # deleted since the folder was listed: it is gone
             out.append((f, st.st_mtime_ns, st.st_size))
         return tuple(out)
 
@@ -54,8 +57,15 @@ class ManifestSource:
 
     def changes(self, force: bool = False) -> tuple[list[Any], list[tuple[str, str]]] | None:
         """(upserted objects, deleted (kind, key)) since the last call, or None when the
-        files did not change. A manifest error is logged and the last good state kept."""
-        fp = self.fingerprint()
+        files did not change. A manifest error is logged and the last good state kept (at
+        start, with ``force``, it is raised)."""
+        try:
+            fp = self.fingerprint()
+        except ManifestError as exc:
+            if force:
+                raise
+            log.error("manifests unreadable; keeping the previous state", error=str(exc))
+            return None
         if not force:
             stable = fp == self._seen  # unchanged since the last poll: not being written
             self._seen = fp
