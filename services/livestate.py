@@ -44,10 +44,6 @@ class LiveState:
         await self.replica.caught_up(timeout=30)
         self.ledger = Ledger(self.replica.state, self.ctx.now())
 
-    @property
-    def state(self) -> Any:
-        return self.replica.state
-
     def snapshot(self, now: datetime) -> Snapshot:
         assert self.ledger is not None, "start() first"
         return self.ledger.current(now)

@@ -8,19 +8,21 @@ in hand, the connection drains, spans are flushed, and the process exits 0.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import cProfile
 import os
 import signal
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 from nats.aio.client import Client
 
-from gangpreempt.bus import Publisher, Topology, connected, provision
+from gangpreempt.bus import Consumer, Publisher, Topology, connected, provision
+from gangpreempt.bus.consuming import Handler
 from gangpreempt.config import Settings
 from gangpreempt.telemetry import setup_logging, setup_tracing, shutdown_tracing
+from gangpreempt.waiting import sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.service")
 
@@ -38,6 +40,19 @@ class ServiceContext:
     @staticmethod
     def now() -> datetime:
         return datetime.now(UTC)
+
+    def decisions_consumer(self, subjects: list[str], handler: Handler, **options: Any) -> Consumer:
+        """This service's durable consumer on the decisions stream."""
+        return Consumer(
+            self.nc,
+            self.topology,
+            self.service,
+            durable=self.topology.durable(self.service),
+            stream=self.topology.decisions_stream,
+            subjects=subjects,
+            handler=handler,
+            **options,
+        )
 
 
 Main = Callable[[ServiceContext], Awaitable[None]]
@@ -78,13 +93,6 @@ async def _run_service(service: str, settings: Settings, main: Main) -> None:
     finally:
         shutdown_tracing()
         log.info("stopped")
-
-
-async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
-    """Sleep; True if ``stop`` was set meanwhile."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-    return stop.is_set()
 
 
 __all__ = ["Main", "ServiceContext", "run_service", "sleep_or_stop"]

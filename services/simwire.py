@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import msgspec
 
 from gangpreempt.planning.barrier import LiveObject
@@ -36,10 +38,12 @@ class StatsReply(msgspec.Struct, frozen=True):
     fencing_token: int
 
 
+T = TypeVar("T", bound=msgspec.Struct)
+
 encode = msgspec.msgpack.encode
 
 
-def decode(data: bytes, kind: type[msgspec.Struct]) -> msgspec.Struct:
+def decode(data: bytes, kind: type[T]) -> T:
     return msgspec.msgpack.decode(data, type=kind)
 
 

@@ -33,6 +33,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     lease_ttl: float = 10.0
 
 
+_FIELDS = {f.name: f for f in msgspec.structs.fields(Settings)}
 _POSITIVE = {"termination_delay", "poll_interval", "cycle_delay", "plan_timeout", "lease_ttl"}
 _CHOICES = {"sink": ("sim", "log"), "log_level": ("debug", "info", "warning", "error")}
 
@@ -42,9 +43,8 @@ def env_name(field: str) -> str:
 
 
 def _convert(field: str, raw: Any, source: str) -> Any:
-    spec = {f.name: f for f in msgspec.structs.fields(Settings)}[field]
     try:
-        if spec.type is bool or spec.type == bool | None:
+        if _FIELDS[field].type is bool:
             if isinstance(raw, bool):
                 return raw
             text = str(raw).strip().lower()

@@ -178,7 +178,6 @@ AnyEvent = (
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder: msgspec.msgpack.Decoder[AnyEvent] = msgspec.msgpack.Decoder(AnyEvent)
-_json_encoder = msgspec.json.Encoder()
 
 
 def encode(event: Event) -> bytes:
@@ -189,10 +188,6 @@ def decode(data: bytes) -> AnyEvent:
     """Decode a bus message; raises ``msgspec.DecodeError`` (with the field path) when the
     bytes are not a valid event."""
     return _decoder.decode(data)
-
-
-def to_json(event: Event) -> bytes:
-    return _json_encoder.encode(event)
 
 
 def event_type(event: Event) -> str:
@@ -227,5 +222,4 @@ __all__ = [
     "encode",
     "event_type",
     "stable_id",
-    "to_json",
 ]

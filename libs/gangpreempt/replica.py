@@ -15,6 +15,7 @@ from nats.js.api import DeliverPolicy
 
 from gangpreempt import events
 from gangpreempt.bus.consuming import DeadLetters, describe_undecodable
+from gangpreempt.bus.following import follow
 from gangpreempt.bus.topology import Topology
 from gangpreempt.errors import Transient
 from gangpreempt.model import kinds
@@ -40,12 +41,12 @@ class StateReplica:
         self._listeners.append(listener)
 
     async def start(self) -> None:
-        await self.js.subscribe(
+        await follow(
+            self.nc,
             self.topology.state_wildcard,
-            cb=self._on_msg,
-            ordered_consumer=True,
-            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
-            stream=self.topology.state_stream,
+            self.topology.state_stream,
+            self._on_msg,
+            DeliverPolicy.LAST_PER_SUBJECT,
         )
 
     async def _on_msg(self, msg: Msg) -> None:
@@ -78,12 +79,11 @@ class StateReplica:
                 listener(*change)
 
     async def wait_seq(self, seq: int, timeout: float = 5.0) -> None:
-        async def reached() -> None:
-            async with self._advanced:
-                await self._advanced.wait_for(lambda: self.seq >= seq)
-
+        if self.seq >= seq:  # the usual case: already there
+            return
         try:
-            await asyncio.wait_for(reached(), timeout)
+            async with asyncio.timeout(timeout), self._advanced:
+                await self._advanced.wait_for(lambda: self.seq >= seq)
         except TimeoutError as exc:
             raise Transient(f"state replica at {self.seq}, not yet at {seq}") from exc
 

@@ -28,12 +28,13 @@ from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from gangpreempt import events
-from gangpreempt.bus import HOLD, Consumer, Lease, encode_token, leases_bucket, plans_bucket
+from gangpreempt.bus import HOLD, Lease, encode_token, leases_bucket, plans_bucket
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.planning.barrier import PlannedObject, stale_reason
 from gangpreempt.replica import StateReplica
 from services import simwire
 from services.actuator.sinks import LogSink, SimSink, Sink
+from services.livestate import key_of
 from services.runtime import ServiceContext, sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.actuator")
@@ -79,18 +80,14 @@ class Actuator:
         self.records: set[asyncio.Future[int]] = set()  # "done" records being written
         self.kv: KeyValue | None = None
         self.lease: Lease | None = None
-        self.consumer = Consumer(
-            ctx.nc,
-            ctx.topology,
-            "actuator",
-            durable=ctx.topology.durable("actuator"),
-            stream=ctx.topology.decisions_stream,
-            subjects=[
-                ctx.topology.event_subject(events.PlanProposed),
-                ctx.topology.event_subject(events.PlanConfirmed),
-                ctx.topology.event_subject(events.PlanRejected),
+        topo = ctx.topology
+        self.consumer = ctx.decisions_consumer(
+            [
+                topo.event_subject(events.PlanProposed),
+                topo.event_subject(events.PlanConfirmed),
+                topo.event_subject(events.PlanRejected),
             ],
-            handler=self.on_event,
+            self.on_event,
             ack_wait=ctx.settings.plan_timeout + 5.0,
         )
 
@@ -144,7 +141,7 @@ class Actuator:
 
     async def actuate(self, p: events.PlanProposed) -> None:
         fault("before-actuation")
-        wl = self.replica.state.workloads.get(p.preemptor.split("/", 1)[1])
+        wl = self.replica.state.workloads.get(key_of(p.preemptor))
         missing = sorted({ps.name for ps in wl.pod_sets} - set(p.pod_sets)) if wl else []
         if missing:
             await self.drop(

@@ -14,6 +14,7 @@ from gangpreempt.errors import Transient
 from gangpreempt.planning.barrier import LiveObject, live_workload
 from gangpreempt.replica import StateReplica
 from services import simwire
+from services.livestate import key_of
 
 log = structlog.get_logger("gangpreempt.actuator")
 
@@ -47,14 +48,11 @@ class SimSink:
             self.topology.sim_read, simwire.encode(simwire.ReadRequest(refs))
         )
         reply = simwire.decode(data, simwire.ReadReply)
-        assert isinstance(reply, simwire.ReadReply)
         return {o.ref: o for o in reply.objects}
 
     async def evict(self, request: simwire.EvictRequest) -> simwire.EvictReply:
         data = await self._request(self.topology.sim_evict, simwire.encode(request))
-        reply = simwire.decode(data, simwire.EvictReply)
-        assert isinstance(reply, simwire.EvictReply)
-        return reply
+        return simwire.decode(data, simwire.EvictReply)
 
 
 class LogSink:
@@ -68,7 +66,7 @@ class LogSink:
     async def read(self, refs: list[str]) -> dict[str, LiveObject]:
         await self.replica.caught_up()
         state = self.replica.state
-        return {ref: live_workload(ref, state.workloads.get(ref.split("/", 1)[1])) for ref in refs}
+        return {ref: live_workload(ref, state.workloads.get(key_of(ref))) for ref in refs}
 
     async def evict(self, request: simwire.EvictRequest) -> simwire.EvictReply:
         log.info(

@@ -19,7 +19,6 @@ import structlog
 from nats.aio.msg import Msg
 
 from gangpreempt import events
-from gangpreempt.bus import Consumer
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model import kinds
@@ -52,15 +51,7 @@ class Ingest:
         # API server, so a re-created object is never mistaken for its predecessor.
         self.epoch = f"m{int(time.time() * 1000)}"
         self.versions = itertools.count(1)
-        self.consumer = Consumer(
-            ctx.nc,
-            ctx.topology,
-            "ingest",
-            durable=ctx.topology.durable("ingest"),
-            stream=ctx.topology.decisions_stream,
-            subjects=ctx.topology.decision_subjects,
-            handler=self.on_event,
-        )
+        self.consumer = ctx.decisions_consumer(ctx.topology.decision_subjects, self.on_event)
 
     # -- source --------------------------------------------------------------------------
     async def publish_changes(self, force: bool = False) -> None:
@@ -163,14 +154,12 @@ class Ingest:
                 # first, so the read reflects it.
                 await self.consumer.settled()
             req = simwire.decode(msg.data, simwire.ReadRequest)
-            assert isinstance(req, simwire.ReadRequest)
             reply = simwire.ReadReply(objects=[self.sim.live(r) for r in req.refs])
             await msg.respond(simwire.encode(reply))
 
         async def on_evict(msg: Msg) -> None:
             assert self.sim is not None
             req = simwire.decode(msg.data, simwire.EvictRequest)
-            assert isinstance(req, simwire.EvictRequest)
             await msg.respond(simwire.encode(await self.sim.evict(req)))
 
         async def on_stats(msg: Msg) -> None:
@@ -180,7 +169,7 @@ class Ingest:
         subs = [
             await nc.subscribe(topo.sim_read, cb=on_read),
             await nc.subscribe(topo.sim_evict, cb=on_evict),
-            await nc.subscribe(f"{topo.prefix}.sim.stats", cb=on_stats),
+            await nc.subscribe(topo.sim_stats, cb=on_stats),
         ]
         await self.ctx.stop.wait()
         for sub in subs:

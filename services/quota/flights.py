@@ -26,14 +26,6 @@ class Flights:
         # preemptor -> STATE seq of its last failed attempt: retry only once state moved on
         self.failed_at: dict[str, int] = {}
 
-    def plans(self, exclude: str | None = None) -> list[PlanInFlight]:
-        return [
-            f.plan for key, f in self.by_preemptor.items() if f.plan is not None and key != exclude
-        ]
-
-    def claimed(self) -> set[str]:
-        return {v for p in self.plans() for v in p.victims}
-
     def end(self, preemptor: str) -> None:
         flight = self.by_preemptor.pop(preemptor, None)
         if flight is not None:

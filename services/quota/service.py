@@ -17,7 +17,6 @@ from typing import Any
 import structlog
 
 from gangpreempt import events
-from gangpreempt.bus import Consumer
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.planning import admission_pass
 from gangpreempt.planning.inflight import PlanInFlight, rejection
@@ -38,17 +37,17 @@ class Quota:
         self.published: dict[str, tuple[str, ...]] = {}  # workload -> last decision signature
         self.counter = itertools.count(1)
         self.instance = f"{os.getpid()}-{int(asyncio.get_running_loop().time() * 1000)}"
-        self.consumer = Consumer(
-            ctx.nc,
-            ctx.topology,
-            "quota",
-            durable=ctx.topology.durable("quota"),
-            stream=ctx.topology.decisions_stream,
-            subjects=[
-                ctx.topology.service_wildcard("victims"),
-                ctx.topology.service_wildcard("actuator"),
+        self.consumer = ctx.decisions_consumer(
+            [
+                ctx.topology.event_subject(t)
+                for t in (
+                    events.PlanProposed,
+                    events.PreemptionInfeasible,
+                    events.PlanDropped,
+                    events.PlanActuated,
+                )
             ],
-            handler=self.on_event,
+            self.on_event,
             concurrency=16,
         )
 
@@ -102,13 +101,15 @@ class Quota:
         snapshot = self.live.snapshot(now)  # plans in flight are held in it
         with snapshot.scratch():  # nothing awaits in here: the replica cannot interleave
             decisions = admission_pass(snapshot, self.flights.waiting())
-        claimed = self.flights.claimed()
+        assert self.live.ledger is not None
+        claimed = set(self.live.ledger.held_victims)  # victims of the plans in flight
         outbox: list[events.Event] = []
         for d in decisions:
             key = key_of(d.preemptor)
             wl = state.workloads[key]
             if d.outcome == "Admit":
-                self.once(outbox, key, ("Admit", wl.resource_version), self.admitted(d, wl))
+                if self.fresh(key, ("Admit", wl.resource_version)):
+                    outbox.append(self.admitted(d, wl))
             elif d.outcome == "Preempt":
                 if not self.flights.may_request(key, seq):
                     claimed |= {key_of(v.object) for v in d.victims}
@@ -133,18 +134,18 @@ class Quota:
                 )
                 claimed |= {key_of(v.object) for v in d.victims}
                 log.info("preemption requested", workload=d.preemptor, request_id=request_id)
-            else:
-                signature = ("Pending", wl.resource_version, d.message)
-                pending = events.Pending(
-                    id=events.stable_id("pending", key, wl.resource_version, d.message),
-                    occurred_at=now,
-                    workload=d.preemptor,
-                    uid=wl.uid,
-                    cluster_queue=d.queue.removeprefix("ClusterQueue/"),
-                    mode=d.mode,
-                    message=d.message,
+            elif self.fresh(key, ("Pending", wl.resource_version, d.message)):
+                outbox.append(
+                    events.Pending(
+                        id=events.stable_id("pending", key, wl.resource_version, d.message),
+                        occurred_at=now,
+                        workload=d.preemptor,
+                        uid=wl.uid,
+                        cluster_queue=d.queue.removeprefix("ClusterQueue/"),
+                        mode=d.mode,
+                        message=d.message,
+                    )
                 )
-                self.once(outbox, key, signature, pending)
         # One cycle's events go out together: their acknowledgements overlap.
         await asyncio.gather(*(self.ctx.publisher.publish(e) for e in outbox))
 
@@ -166,13 +167,12 @@ class Quota:
             pod_sets=tuple(pod_sets),
         )
 
-    def once(
-        self, outbox: list[events.Event], key: str, signature: tuple[str, ...], event: events.Event
-    ) -> None:
-        """Queue ``event`` unless the same decision was already published."""
-        if self.published.get(key) != signature:
-            self.published[key] = signature
-            outbox.append(event)
+    def fresh(self, key: str, signature: tuple[str, ...]) -> bool:
+        """True (and remembered) unless the same decision was already published."""
+        if self.published.get(key) == signature:
+            return False
+        self.published[key] = signature
+        return True
 
     # -- plans --------------------------------------------------------------------------------
     async def on_event(self, event: Any, _delivery: Delivery) -> None:
@@ -226,7 +226,7 @@ class Quota:
                 plan,
                 p.preemptor_uid,
                 {key_of(v.object): v.uid for v in p.victims},
-                self.live.ledger.claimed(),
+                self.live.ledger.held_victims,
             )
         now = self.ctx.now()
         if reason is None:

@@ -14,7 +14,6 @@ from typing import Any
 import structlog
 
 from gangpreempt import events
-from gangpreempt.bus import Consumer
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.planning import plan_on
 from services.livestate import LiveState, key_of
@@ -28,15 +27,8 @@ class Victims:
         self.ctx = ctx
         self.live = LiveState(ctx, "victims")
         self.replica = self.live.replica
-        self.consumer = Consumer(
-            ctx.nc,
-            ctx.topology,
-            "victims",
-            durable=ctx.topology.durable("victims"),
-            stream=ctx.topology.decisions_stream,
-            subjects=[ctx.topology.event_subject(events.PreemptionRequested)],
-            handler=self.on_event,
-            concurrency=16,
+        self.consumer = ctx.decisions_consumer(
+            [ctx.topology.event_subject(events.PreemptionRequested)], self.on_event, concurrency=16
         )
 
     async def on_event(self, event: Any, _delivery: Delivery) -> None:

@@ -144,10 +144,8 @@ def of(evs: list[events.Event], kind: type[events.Event], **match: str) -> list[
 
 
 async def sim_stats(nc: Client, topology: Topology) -> simwire.StatsReply:
-    msg = await nc.request(f"{topology.prefix}.sim.stats", b"", timeout=5)
-    reply = simwire.decode(msg.data, simwire.StatsReply)
-    assert isinstance(reply, simwire.StatsReply)
-    return reply
+    msg = await nc.request(topology.sim_stats, b"", timeout=5)
+    return simwire.decode(msg.data, simwire.StatsReply)
 
 
 __all__ = ["FAST", "Services", "decisions", "of", "read_stream", "sim_stats", "wait_for"]

@@ -5,7 +5,9 @@ with fencing tokens, the state replica, and trace context across a hop."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 import pytest
@@ -51,7 +53,24 @@ async def stream_messages(
     return got
 
 
-async def run_consumer(consumer: Consumer, until: asyncio.Event, timeout: float = 10.0) -> None:
+async def consume_actuator_events(
+    nc: Client,
+    topology: Topology,
+    durable: str,
+    handler: Callable[[Any, Delivery], Awaitable[None]],
+    until: asyncio.Event,
+    timeout: float = 10.0,
+) -> None:
+    """Run quota's kind of consumer on the actuator's events until ``until`` is set."""
+    consumer = Consumer(
+        nc,
+        topology,
+        "quota",
+        durable=durable,
+        stream=topology.decisions_stream,
+        subjects=[topology.service_wildcard("actuator")],
+        handler=handler,
+    )
     stop = asyncio.Event()
     task = asyncio.ensure_future(consumer.run(stop))
     try:
@@ -97,16 +116,7 @@ async def test_transient_failure_is_redelivered_then_acked(nc: Client, topology:
             raise Transient("not yet")
         done.set()
 
-    consumer = Consumer(
-        nc,
-        topology,
-        "quota",
-        durable="c-transient",
-        stream=topology.decisions_stream,
-        subjects=[topology.service_wildcard("actuator")],
-        handler=handler,
-    )
-    await run_consumer(consumer, done)
+    await consume_actuator_events(nc, topology, "c-transient", handler, done)
     assert deliveries == [1, 2]
     info = await nc.jetstream().consumer_info(topology.decisions_stream, "c-transient")
     assert info.num_ack_pending == 0
@@ -135,16 +145,7 @@ async def test_undecodable_and_invalid_messages_go_to_dead_letters(
         handled.append(ev.plan_id)
         done.set()
 
-    consumer = Consumer(
-        nc,
-        topology,
-        "quota",
-        durable="c-dlq",
-        stream=topology.decisions_stream,
-        subjects=[topology.service_wildcard("actuator")],
-        handler=handler,
-    )
-    await run_consumer(consumer, done)
+    await consume_actuator_events(nc, topology, "c-dlq", handler, done)
     assert handled == ["p4"]  # the loop survived three bad messages
     letters = await stream_messages(nc, topology.dlq_stream, topology.dlq_subject("quota"), 3)
     reasons = [m.headers["gp-dlq-reason"] for m in letters]
@@ -267,16 +268,7 @@ async def test_trace_context_crosses_the_bus(nc: Client, topology: Topology) -> 
     async def handler(ev: object, d: Delivery) -> None:
         done.set()
 
-    consumer = Consumer(
-        nc,
-        topology,
-        "quota",
-        durable="c-trace",
-        stream=topology.decisions_stream,
-        subjects=[topology.service_wildcard("actuator")],
-        handler=handler,
-    )
-    await run_consumer(consumer, done)
+    await consume_actuator_events(nc, topology, "c-trace", handler, done)
     spans = {s.name: s for s in exporter.get_finished_spans() if topology.prefix in s.name}
     publish = spans[f"publish {topology.prefix}.actuator.plan-dropped"]
     process = spans[f"process {topology.prefix}.actuator.plan-dropped"]

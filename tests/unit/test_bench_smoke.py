@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from bench import quota as bench_quota
+
 pytestmark = pytest.mark.unit
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "quota.py"
 
 
 def test_quota_bench_runs_and_writes_results(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_quota", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     out = tmp_path / "quota.json"
     args = [
         "--cohorts",
@@ -31,7 +26,7 @@ def test_quota_bench_runs_and_writes_results(tmp_path: Path) -> None:
         "--passes",
         "1",
     ]
-    module.main([*args, "--out", str(out)])
+    bench_quota.main([*args, "--out", str(out)])
     result = json.loads(out.read_text())
     assert result["shape"]["cluster_queues"] == 10
     assert result["shape"]["admitted"] > 300

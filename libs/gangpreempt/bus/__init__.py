@@ -7,7 +7,7 @@ from gangpreempt.bus.leasing import Lease
 from gangpreempt.bus.provisioning import leases_bucket, plans_bucket, provision
 from gangpreempt.bus.publishing import Oversized, Publisher
 from gangpreempt.bus.server import NatsServer, free_port, nats_server_binary
-from gangpreempt.bus.topology import SERVICES, Topology, decode_token, encode_token
+from gangpreempt.bus.topology import SERVICES, Topology, encode_token
 
 __all__ = [
     "HOLD",
@@ -21,7 +21,6 @@ __all__ = [
     "Publisher",
     "Topology",
     "connected",
-    "decode_token",
     "encode_token",
     "follow",
     "free_port",

@@ -81,8 +81,9 @@ class DeadLetters:
             HEADER_SERVICE: self.service,
         }
         body = msg.data
-        if len(body) + header_size(headers) > self.nc.max_payload:
-            body = body[: max(0, self.nc.max_payload - header_size(headers) - 64)]
+        room = self.nc.max_payload - header_size(headers)
+        if len(body) > room:
+            body = body[: max(0, room - 64)]
         subject = self.topology.dlq_subject(self.service)
         await self.js.publish(subject, body, headers=headers, stream=self.topology.dlq_stream)
         log.warning(
@@ -171,26 +172,26 @@ class Consumer:
     async def _process_batch(self, msgs: list[Msg], stop: asyncio.Event) -> None:
         """Handle a batch, up to ``concurrency`` messages at a time (handlers must then be
         safe to interleave at their awaits)."""
+
+        async def one(msg: Msg) -> None:
+            if stop.is_set():
+                # Shutting down: give the rest back at once, not after AckWait.
+                with contextlib.suppress(Exception):
+                    await msg.nak()
+                return
+            await self.process(msg)
+
         if self.concurrency <= 1:
             for msg in msgs:
-                if stop.is_set():
-                    # Shutting down: give the rest back at once, not after AckWait.
-                    with contextlib.suppress(Exception):
-                        await msg.nak()
-                    continue
-                await self.process(msg)
+                await one(msg)
             return
         gate = asyncio.Semaphore(self.concurrency)
 
-        async def one(msg: Msg) -> None:
+        async def gated(msg: Msg) -> None:
             async with gate:
-                if stop.is_set():
-                    with contextlib.suppress(Exception):
-                        await msg.nak()
-                    return
-                await self.process(msg)
+                await one(msg)
 
-        await asyncio.gather(*(one(m) for m in msgs))
+        await asyncio.gather(*(gated(m) for m in msgs))
 
     async def process(self, msg: Msg) -> None:
         headers = msg.headers or {}

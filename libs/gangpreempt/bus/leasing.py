@@ -5,11 +5,12 @@ so a sink can refuse commands from a holder that has been replaced."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import structlog
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
+
+from gangpreempt.waiting import sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.lease")
 
@@ -34,8 +35,7 @@ class Lease:
                 if not waited:
                     log.info("lease held by another instance; standing by", key=self.key)
                     waited = True
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=max(0.1, self.ttl / 4))
+                await sleep_or_stop(stop, max(0.1, self.ttl / 4))
                 continue
             except KeyNotFoundError:
                 # The client's create looks the key up after a conflict; the holder's
@@ -49,12 +49,7 @@ class Lease:
 
     async def keep(self, stop: asyncio.Event) -> None:
         """Renew every ttl/3 until ``stop``; on any failure set ``lost`` and return."""
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.ttl / 3)
-                return
-            except TimeoutError:
-                pass
+        while not await sleep_or_stop(stop, self.ttl / 3):
             try:
                 self._revision = await self.kv.update(
                     self.key, self.holder.encode(), last=self._revision

@@ -43,8 +43,6 @@ class Publisher:
         self.topology = topology
         self.service = service
         self.ack_timeout = ack_timeout
-        self._primed = False  # the client sets up its ack inbox on the first async publish
-        self._priming = asyncio.Lock()
 
     async def publish(self, event: events.Event, *, subject: str | None = None) -> PubAck:
         """Publish to the event's subject (or ``subject``) and wait for the stream's ack."""
@@ -66,13 +64,9 @@ class Publisher:
         with publish_span(subject, template, event.id, len(body)):
             inject(headers)
             self.check_size(body, headers, what=f"{etype} {event.id}")
-            stream = self.topology.stream_for(subject)
-            if self._primed:
-                return await self.js.publish_async(subject, body, headers=headers, stream=stream)
-            async with self._priming:
-                ack = await self.js.publish_async(subject, body, headers=headers, stream=stream)
-                self._primed = True
-                return ack
+            return await self.js.publish_async(
+                subject, body, headers=headers, stream=self.topology.stream_for(subject)
+            )
 
     def check_size(self, body: bytes, headers: dict[str, str], what: str) -> None:
         size = len(body) + header_size(headers)

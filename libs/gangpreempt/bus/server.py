@@ -3,7 +3,6 @@ up`` and for tests: JetStream on, ``sync_interval: always``, a store folder, a f
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -91,10 +90,4 @@ class NatsServer:
         self.proc = None
 
 
-def env_with(extra: dict[str, str]) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(extra)
-    return env
-
-
-__all__ = ["NatsServer", "env_with", "free_port", "nats_server_binary"]
+__all__ = ["NatsServer", "free_port", "nats_server_binary"]

@@ -46,21 +46,6 @@ def encode_token(text: str) -> str:
     return "".join(c if _SAFE.match(c) else "".join(f"_{b:02x}" for b in c.encode()) for c in text)
 
 
-def decode_token(token: str) -> str:
-    if token == "_":
-        return ""
-    out = bytearray()
-    i = 0
-    while i < len(token):
-        if token[i] == "_":
-            out.append(int(token[i + 1 : i + 3], 16))
-            i += 3
-        else:
-            out.extend(token[i].encode())
-            i += 1
-    return out.decode()
-
-
 class Topology:
     def __init__(self, prefix: str = "gp") -> None:
         if not _PREFIX.match(prefix):
@@ -85,8 +70,7 @@ class Topology:
     def subject_of(self, event: events.Event) -> str:
         if isinstance(event, events.ObjectUpserted | events.ObjectDeleted):
             return self.state_subject(event.kind, event.key)
-        service, token = EVENT_SUBJECTS[type(event)]
-        return f"{self.prefix}.{service}.{token}"
+        return self.event_subject(type(event))
 
     def event_subject(self, event_type: type[events.Event]) -> str:
         service, token = EVENT_SUBJECTS[event_type]
@@ -97,7 +81,7 @@ class Topology:
 
     @property
     def decision_subjects(self) -> list[str]:
-        return [self.service_wildcard(s) for s in ("quota", "victims", "actuator")]
+        return [self.service_wildcard(s) for s in SERVICES if s != "ingest"]
 
     def dlq_subject(self, service: str) -> str:
         return f"{self.prefix}.dlq.{service}"
@@ -110,6 +94,10 @@ class Topology:
     def sim_evict(self) -> str:
         return f"{self.prefix}.sim.evict"
 
+    @property
+    def sim_stats(self) -> str:
+        return f"{self.prefix}.sim.stats"
+
     def stream_for(self, subject: str) -> str:
         token = subject.split(".", 2)[1]
         if token == "state":
@@ -118,8 +106,8 @@ class Topology:
             return self.dlq_stream
         return self.decisions_stream
 
-    def durable(self, service: str, role: str = "") -> str:
-        return f"{self.prefix}-{service}{'-' + role if role else ''}"
+    def durable(self, service: str) -> str:
+        return f"{self.prefix}-{service}"
 
 
-__all__ = ["EVENT_SUBJECTS", "SERVICES", "Topology", "decode_token", "encode_token"]
+__all__ = ["EVENT_SUBJECTS", "SERVICES", "Topology", "encode_token"]

@@ -12,8 +12,8 @@ import click
 import msgspec
 
 from gangpreempt import __version__
+from gangpreempt.bus import SERVICES
 from gangpreempt.cli.rendering import print_table
-from gangpreempt.cli.serve import SERVICES
 from gangpreempt.cli.serve import serve as run_service
 from gangpreempt.cli.up import run_up
 from gangpreempt.config import env_name, load_settings

@@ -8,8 +8,6 @@ from typing import Any
 
 from gangpreempt.config import load_settings
 
-SERVICES = ("ingest", "quota", "victims", "actuator")
-
 
 def serve(service: str, flags: dict[str, Any]) -> None:
     settings = load_settings(flags)  # a bad value raises InvalidInput naming the variable
@@ -18,4 +16,4 @@ def serve(service: str, flags: dict[str, Any]) -> None:
     asyncio.run(runtime.run_service(service, settings, module.main))
 
 
-__all__ = ["SERVICES", "serve"]
+__all__ = ["serve"]

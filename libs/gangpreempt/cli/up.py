@@ -12,16 +12,16 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+import msgspec
 from nats.aio.msg import Msg
 from rich.console import Console
 
 from gangpreempt import events
-from gangpreempt.bus import NatsServer, Topology, connected, follow, provision
-from gangpreempt.cli.serve import SERVICES
+from gangpreempt.bus import SERVICES, NatsServer, Topology, connected, follow, provision
 from gangpreempt.config import Settings, env_name
 from gangpreempt.telemetry import setup_logging
+from gangpreempt.waiting import sleep_or_stop
 
 STYLE = {
     "Admitted": "green",
@@ -193,26 +193,18 @@ async def run_up(
     logs = os.path.join(store or tempfile.gettempdir(), "logs")
     os.makedirs(logs, exist_ok=True)
     env = dict(os.environ)
+    for f in msgspec.structs.fields(Settings):
+        value = getattr(settings, f.name)
+        if value is not None:
+            env[env_name(f.name)] = str(value)
     env[env_name("nats_url")] = url
-    for name in (
-        "prefix",
-        "termination_delay",
-        "plan_timeout",
-        "lease_ttl",
-        "log_level",
-        "sink",
-        "sim",
-        "poll_interval",
-        "cycle_delay",
-    ):
-        env[env_name(name)] = str(getattr(settings, name))
     if settings.scenario:
         env[env_name("scenario")] = os.path.abspath(settings.scenario)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    view_settings = Settings(**{**settings_dict(settings), "nats_url": url})
+    view_settings = msgspec.structs.replace(settings, nats_url=url)
     tally = Tally()
     view = asyncio.ensure_future(_live_view(view_settings, console, tally, stop))
     await asyncio.sleep(0.3)  # the live view subscribes before anything is published
@@ -235,8 +227,7 @@ async def run_up(
         deadline = time.monotonic() + timeout
         quiet = max(2.0, settings.termination_delay + 1.5)
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=0.25)
+            await sleep_or_stop(stop, 0.25)
             dead = [s for s, p in procs.items() if p.returncode is not None]
             if dead:
                 console.print(f"[red]service exited: {', '.join(dead)} (see {logs})[/red]")
@@ -264,12 +255,6 @@ async def run_up(
     summary(console, tally)
     failed = [s for s, p in procs.items() if p.returncode not in (0, -signal.SIGTERM)]
     return 1 if failed else 0
-
-
-def settings_dict(settings: Settings) -> dict[str, Any]:
-    import msgspec
-
-    return msgspec.structs.asdict(settings)
 
 
 __all__ = ["run_up"]

@@ -16,7 +16,7 @@ import msgspec
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.workloads import Workload
 from gangpreempt.planning.inflight import PlanInFlight, usage_of
-from gangpreempt.quota.snapshot import AdmittedWorkload, Snapshot, admitted_usage
+from gangpreempt.quota.snapshot import Snapshot
 from gangpreempt.quota.tree import Quantities
 
 # Changes to these kinds reshape the tree or priorities: the snapshot is rebuilt.
@@ -35,7 +35,6 @@ class Ledger:
         self.state = state
         self.snapshot = Snapshot.build(state, now)
         self.stale = False
-        self.rebuilds = 0
         self.holds: dict[str, _Hold] = {}
         self.held_victims: dict[str, str] = {}  # victim key -> plan id
         self.held_preemptors: dict[str, str] = {}  # preemptor key -> plan id
@@ -66,14 +65,8 @@ class Ledger:
         self._admit(new)
 
     def _admit(self, wl: Workload | None) -> None:
-        snap = self.snapshot
-        if wl is None or not wl.holds_quota or wl.admission is None:
-            return
-        cq = wl.admission.cluster_queue
-        if cq in snap.cqs:
-            snap.admit(
-                AdmittedWorkload(wl, cq, self.state.priority_of(wl), admitted_usage(wl), snap.now)
-            )
+        if wl is not None:
+            self.snapshot.admit_workload(wl)
 
     # -- plans in flight -----------------------------------------------------------------
     def hold(self, plan: PlanInFlight) -> None:
@@ -116,15 +109,11 @@ class Ledger:
             self.snapshot.withdraw(cq.node, held.usage)
         held.usage = {}
 
-    def claimed(self) -> dict[str, str]:
-        return dict(self.held_victims)
-
     # -- reading ------------------------------------------------------------------------
     def current(self, now: datetime) -> Snapshot:
         if self.stale:
             self.snapshot = Snapshot.build(self.state, now)
             self.stale = False
-            self.rebuilds += 1
             plans = [h.plan for h in self.holds.values()]
             self.holds.clear()
             self.held_victims.clear()

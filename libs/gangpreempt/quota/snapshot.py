@@ -251,17 +251,21 @@ class Snapshot:
 
         snap = cls(state, now, cqs, cohorts)
         for wl in sorted(state.workloads.values(), key=lambda w: w.key):
-            if not wl.holds_quota or wl.admission is None:
-                continue
-            holder = cqs.get(wl.admission.cluster_queue)
-            if holder is None:
-                continue  # reported by planning.state_warnings
-            snap.admit(
-                AdmittedWorkload(wl, holder.name, state.priority_of(wl), admitted_usage(wl), now)
-            )
+            snap.admit_workload(wl)
         return snap
 
     # -- permanent changes ---------------------------------------------------------
+    def admit_workload(self, wl: Workload) -> None:
+        """Count ``wl`` if it holds quota in a known ClusterQueue (one that is not is
+        reported by ``planning.state_warnings``)."""
+        if not wl.holds_quota or wl.admission is None:
+            return
+        cq = wl.admission.cluster_queue
+        if cq in self.cqs:
+            self.admit(
+                AdmittedWorkload(wl, cq, self.state.priority_of(wl), admitted_usage(wl), self.now)
+            )
+
     def admit(self, aw: AdmittedWorkload, pinned: bool = False) -> None:
         cq = self.cqs[aw.cq]
         cq.workloads[aw.key] = aw

@@ -5,6 +5,7 @@ spans named after the messaging conventions (``publish <subject>``, ``process
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator, Mapping
 
@@ -44,7 +45,9 @@ def shutdown_tracing() -> None:
         _provider.shutdown()
 
 
+@functools.cache
 def tracer() -> trace.Tracer:
+    """The project's tracer (a proxy until a provider is installed, then the real one)."""
     return trace.get_tracer(TRACER)
 
 
@@ -54,7 +57,7 @@ def inject(headers: dict[str, str]) -> dict[str, str]:
 
 
 def extract(headers: Mapping[str, str] | None) -> context.Context:
-    return propagate.extract(dict(headers or {}))
+    return propagate.extract(headers or {})
 
 
 @contextlib.contextmanager
