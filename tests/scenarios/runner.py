@@ -5,7 +5,9 @@ expected decision(s) in ``expect.yaml``.
 ``outcome`` / ``victims`` / ``mode`` / ``flavors`` / ``borrowing``, or, without
 ``workload``, lists ``decisions`` of one admission pass (each with ``preemptor`` and any
 of the same keys). Only the keys present are checked; victims compare as sets of
-``(object, reason)``.
+``(object, reason)``. Node-level bundles also check ``placement`` (preemptor pod ->
+node, exactly) and ``pods`` (every victim pod, as a set); the ``workload`` may then be a
+``Pod/``, ``PodGroup/`` or scheduling.k8s.io ``Workload/``.
 """
 
 from __future__ import annotations
@@ -67,6 +69,17 @@ def check_decision(d: Decision, exp: dict[str, Any], where: str) -> None:
         got = {ps: res for ps, res in d.flavors.items() if res}
         want_flavors = {ps: res for ps, res in (exp["flavors"] or {}).items() if res}
         assert got == want_flavors, f"{where}: flavors {got}, expected {want_flavors} ({d.message})"
+    if "placement" in exp:
+        want_placement = dict(exp["placement"] or {})
+        assert d.placement == want_placement, (
+            f"{where}: placement {d.placement}, expected {want_placement} ({d.message})"
+        )
+    if "pods" in exp:
+        got_pods = {p for v in d.victims for p in v.pods}
+        want_pods = set(exp["pods"] or [])
+        assert got_pods == want_pods, (
+            f"{where}: victim pods {sorted(got_pods)}, expected {sorted(want_pods)} ({d.message})"
+        )
     if "borrowing" in exp:
         assert d.borrowing == exp["borrowing"], (
             f"{where}: borrowing {d.borrowing}, expected {exp['borrowing']}"

@@ -5,11 +5,16 @@ from __future__ import annotations
 from gangpreempt.manifests.fields import Fields
 from gangpreempt.model.queues import PriorityClass
 
+TOLERATION_PREFIX = "preemption-toleration.scheduling.x-k8s.io/"
+
 
 def priority_class(name: str, obj: Fields) -> PriorityClass:
     value = obj.integer("value")
     if value is None:
         obj.fail("value", "required field is missing")
+    annotations = obj.map_or_empty("metadata").map_or_empty("annotations")
+    minimum = annotations.integer(TOLERATION_PREFIX + "minimum-preemptable-priority")
+    seconds = annotations.integer(TOLERATION_PREFIX + "toleration-seconds")
     return PriorityClass(
         name=name,
         value=value,
@@ -17,6 +22,8 @@ def priority_class(name: str, obj: Fields) -> PriorityClass:
         preemption_policy=obj.enum(
             "preemptionPolicy", ("PreemptLowerPriority", "Never"), "PreemptLowerPriority"
         ),
+        minimum_preemptable_priority=minimum,
+        toleration_seconds=seconds,
     )
 
 

@@ -8,10 +8,11 @@ from typing import Any
 import msgspec
 
 from gangpreempt.errors import ManifestError
-from gangpreempt.manifests import core, kueue
+from gangpreempt.manifests import core, kueue, nodes
 from gangpreempt.manifests.fields import Fields, Where, describe
 from gangpreempt.manifests.yamlio import documents, line_of, yaml_files
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import UNIT_GROUP, PodGroup
 
 KUEUE_VERSIONS = ("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1alpha1")
 CLUSTER_SCOPED = {
@@ -20,7 +21,11 @@ CLUSTER_SCOPED = {
     "Cohort",
     "WorkloadPriorityClass",
     "PriorityClass",
+    "Node",
 }
+PLUGINS_GROUPS = ("scheduling.x-k8s.io/v1alpha1", "scheduling.sigs.k8s.io/v1alpha1")
+GANG_API_PREFIX = "scheduling.k8s.io/v1alpha"
+GANG_API_BETA = "scheduling.k8s.io/v1beta"
 
 
 class Loaded(msgspec.Struct):
@@ -33,6 +38,12 @@ class _Reader:
         self.state = ClusterState()
         self.warnings: list[str] = []
         self._skipped: dict[tuple[str, str], list[Any]] = {}
+        # scheduling.k8s.io Workloads: (namespace, name) -> group name -> template.
+        self._templates: dict[tuple[str, str], dict[str, PodGroup]] = {}
+        # Pods joining through spec.workloadRef: pod key -> (workload, podGroup, replica).
+        self._workload_refs: dict[str, tuple[str, str, str]] = {}
+        # scheduling.k8s.io PodGroups made from a template: key -> (workload, template).
+        self._template_refs: dict[str, tuple[str, str]] = {}
 
     def read(self, paths: Sequence[str]) -> Loaded:
         for path in paths:
@@ -41,6 +52,7 @@ class _Reader:
                     if doc is None:
                         continue
                     self._object(doc, Where(file, number), None, "")
+        self._join_gangs()
         for (api_version, kind), (count, first) in sorted(self._skipped.items()):
             objects = "object" if count == 1 else "objects"
             self.warnings.append(
@@ -105,6 +117,45 @@ class _Reader:
         elif api_version == "scheduling.k8s.io/v1" and kind == "PriorityClass":
             self._put(st.priority_classes, name, core.priority_class(name, top), where)
             return
+        elif api_version == "v1" and kind in ("Node", "Pod"):
+            status = top.map_or_empty("status")
+            if kind == "Node":
+                self._put(st.nodes, name, nodes.node(name, meta, spec, status), where)
+                return
+            pod = nodes.pod(namespace, name, meta, spec, status)
+            ref = spec.map("workloadRef")
+            group = spec.map("schedulingGroup")
+            if ref is not None:
+                self._workload_refs[pod.key] = (
+                    ref.text("name", required=True),
+                    ref.text("podGroup", required=True),
+                    ref.text("podGroupReplicaKey", default=""),
+                )
+            elif group is not None:
+                pod = msgspec.structs.replace(
+                    pod, group=f"{namespace}/{group.text('podGroupName', required=True)}"
+                )
+            self._put(st.pods, pod.key, pod, where)
+            return
+        elif api_version == "policy/v1" and kind == "PodDisruptionBudget":
+            status = top.map_or_empty("status")
+            pdb = nodes.pod_disruption_budget(namespace, name, spec, status)
+            self._put(st.pdbs, pdb.key, pdb, where)
+            return
+        elif api_version in PLUGINS_GROUPS and kind == "PodGroup":
+            pg = nodes.plugins_pod_group(namespace, name, meta, spec)
+            self._put(st.pod_groups, pg.key, pg, where)
+            return
+        elif api_version in PLUGINS_GROUPS and kind == "ElasticQuota":
+            eq = nodes.elastic_quota(namespace, name, spec)
+            self._put(st.elastic_quotas, eq.key, eq, where)
+            return
+        elif api_version.startswith((GANG_API_PREFIX, GANG_API_BETA)) and kind in (
+            "Workload",
+            "PodGroup",
+        ):
+            self._gang_object(kind, namespace, name, spec, where)
+            return
 
         location = f"{where.file}: document {where.document}"
         line = line_of(container, key) if container is not None else line_of(doc, "kind")
@@ -112,6 +163,82 @@ class _Reader:
             location += f" (line {line})"
         entry = self._skipped.setdefault((api_version, kind), [0, location])
         entry[0] += 1
+
+    def _gang_object(
+        self, kind: str, namespace: str, name: str, spec: Fields, where: Where
+    ) -> None:
+        st = self.state
+        if kind == "Workload":
+            templates = {
+                group_name: nodes.group_template(namespace, f"{name}-{group_name}", f, spec, name)
+                for group_name, f in nodes.workload_groups(namespace, spec)
+            }
+            self._templates[(namespace, name)] = templates
+            st.gang_workloads[f"{namespace}/{name}"] = ()
+            return
+        wl_name = template_name = ""
+        template = spec.map("podGroupTemplateRef")
+        if template is not None:
+            ref = template.map_or_empty("workload")
+            wl_name = ref.text("workloadName", default="")
+            template_name = ref.text("podGroupTemplateName", default="")
+        pg = nodes.group_template(namespace, name, spec, Fields(where, {}, ""), wl_name)
+        self._put(st.pod_groups, pg.key, pg, where)
+        if wl_name and template_name:
+            self._template_refs[pg.key] = (wl_name, template_name)
+
+    def _join_gangs(self) -> None:
+        """Resolve gang membership once every object is read: pods joining through
+        ``spec.workloadRef`` get their (replica's) group, Workload templates priorities
+        fill in PodGroups that name none, and pods labelled for a group that has no
+        object get an implicit all-or-nothing group of all its pods."""
+        st = self.state
+        for pod_key, (wl, group_name, replica) in sorted(self._workload_refs.items()):
+            pod = st.pods[pod_key]
+            templates = self._templates.get((pod.namespace, wl))
+            if templates is None or group_name not in templates:
+                self.warnings.append(
+                    f"Pod {pod_key}: spec.workloadRef names Workload {pod.namespace}/{wl} "
+                    f"pod group {group_name!r}, which is not in the manifests: scheduled alone"
+                )
+                continue
+            base = templates[group_name]
+            name = f"{base.name}-{replica}" if replica else base.name
+            key = f"{pod.namespace}/{name}"
+            if key not in st.pod_groups:
+                st.pod_groups[key] = msgspec.structs.replace(base, name=name)
+            st.pods[pod_key] = msgspec.structs.replace(pod, group=key)
+        for key, (wl, template_name) in sorted(self._template_refs.items()):
+            pg = st.pod_groups[key]
+            tmpl = self._templates.get((pg.namespace, wl), {}).get(template_name)
+            if tmpl is not None:
+                st.pod_groups[key] = msgspec.structs.replace(
+                    pg,
+                    priority_class_name=pg.priority_class_name or tmpl.priority_class_name,
+                    preemption_priority_class_name=pg.preemption_priority_class_name
+                    or tmpl.preemption_priority_class_name,
+                    topology_key=pg.topology_key or tmpl.topology_key,
+                )
+        members: dict[str, int] = {}
+        for pod in st.pods.values():
+            if pod.group:
+                members[pod.group] = members.get(pod.group, 0) + 1
+        for key, count in sorted(members.items()):
+            if key not in st.pod_groups:
+                ns, name = key.split("/", 1)
+                st.pod_groups[key] = PodGroup(
+                    namespace=ns,
+                    name=name,
+                    min_count=count,
+                    preemption_mode=UNIT_GROUP,
+                    source="pod-group label",
+                )
+        by_workload: dict[str, list[str]] = {}
+        for key, pg in st.pod_groups.items():
+            if pg.workload:
+                by_workload.setdefault(pg.workload, []).append(key)
+        for wl_key in st.gang_workloads:
+            st.gang_workloads[wl_key] = tuple(sorted(by_workload.get(wl_key, [])))
 
     def _put(self, table: dict[str, Any], key: str, value: Any, where: Where) -> None:
         if key in table:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from gangpreempt.model.pods import ElasticQuota, Node, Pod, PodDisruptionBudget, PodGroup
 from gangpreempt.model.queues import (
     ClusterQueue,
     Cohort,
@@ -27,6 +28,20 @@ class ClusterState(msgspec.Struct):
         default_factory=dict
     )
     priority_classes: dict[str, PriorityClass] = msgspec.field(default_factory=dict)
+    # Node level: nodes by name; pods, pod groups, PDBs and ElasticQuotas by namespace/name.
+    nodes: dict[str, Node] = msgspec.field(default_factory=dict)
+    pods: dict[str, Pod] = msgspec.field(default_factory=dict)
+    pod_groups: dict[str, PodGroup] = msgspec.field(default_factory=dict)
+    pdbs: dict[str, PodDisruptionBudget] = msgspec.field(default_factory=dict)
+    elastic_quotas: dict[str, ElasticQuota] = msgspec.field(default_factory=dict)
+    # scheduling.k8s.io Workloads: namespace/name -> the keys of their pod groups.
+    gang_workloads: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
+
+    def global_default_priority(self) -> int:
+        for pc in self.priority_classes.values():
+            if pc.global_default:
+                return pc.value
+        return 0
 
     def priority_of(self, wl: Workload) -> int:
         """Kueue's priority: ``spec.priority`` when set, else the referenced class's value,
@@ -39,10 +54,7 @@ class ClusterState(msgspec.Struct):
                 return self.workload_priority_classes[ref.name].value
             if ref.kind == PRIORITY_CLASS and ref.name in self.priority_classes:
                 return self.priority_classes[ref.name].value
-        for pc in self.priority_classes.values():
-            if pc.global_default:
-                return pc.value
-        return 0
+        return self.global_default_priority()
 
     def cluster_queue_of(self, wl: Workload) -> str | None:
         """The ClusterQueue a workload belongs to: its admission's, else its LocalQueue's."""

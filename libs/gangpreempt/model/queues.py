@@ -96,6 +96,9 @@ class PriorityClass(msgspec.Struct, frozen=True):
     value: int
     global_default: bool = False
     preemption_policy: str = "PreemptLowerPriority"
+    # Preemption toleration (scheduler-plugins): None when the annotation is absent.
+    minimum_preemptable_priority: int | None = None
+    toleration_seconds: int | None = None
 
 
 __all__ = [

@@ -10,10 +10,11 @@ from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning.cycle import admission_pass
 from gangpreempt.planning.deciding import decision, evaluate, not_considered, unavailable
 from gangpreempt.planning.decisions import Plan
+from gangpreempt.planning.nodeplan import NodePlanner, node_decisions
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import Snapshot
 
-SUPPORTED_KINDS = ("Workload",)
+SUPPORTED_KINDS = ("Workload", "PodGroup", "Pod")
 
 
 def rfc3339(dt: datetime) -> str:
@@ -40,29 +41,51 @@ def plan(
     now: datetime,
     workload: str | None = None,
     excluded: Iterable[str] = (),
+    priority_search: bool = True,
 ) -> Plan:
     """Decisions for one pending workload (``KIND/NAMESPACE/NAME``, evaluated alone as the
     head of its queue) or, without one, for every pending workload in one admission pass.
 
     ``excluded`` names workloads (``namespace/name``) already promised to other
     preemptors: they keep their quota but are not candidates."""
-    return plan_on(Snapshot.build(state, now), workload, excluded)
+    return plan_on(Snapshot.build(state, now), workload, excluded, priority_search)
 
 
-def plan_on(snapshot: Snapshot, workload: str | None = None, excluded: Iterable[str] = ()) -> Plan:
+def plan_on(
+    snapshot: Snapshot,
+    workload: str | None = None,
+    excluded: Iterable[str] = (),
+    priority_search: bool = True,
+) -> Plan:
     """``plan`` on an existing snapshot (of ``snapshot.state`` at ``snapshot.now``), which
     is left exactly as it was: what the services call on their live ledgers."""
     with snapshot.scratch():
-        return _plan(snapshot, workload, excluded)
+        return _plan(snapshot, workload, excluded, priority_search)
 
 
-def _plan(snapshot: Snapshot, workload: str | None, excluded: Iterable[str]) -> Plan:
+def _node_level(state: ClusterState, kind: str, key: str) -> bool:
+    """Is this preemptor decided on nodes (a pod, a PodGroup, a scheduling.k8s.io
+    Workload) rather than by Kueue quota?"""
+    if kind in ("Pod", "PodGroup"):
+        return True
+    return key not in state.workloads and key in state.gang_workloads
+
+
+def _plan(
+    snapshot: Snapshot, workload: str | None, excluded: Iterable[str], priority_search: bool
+) -> Plan:
     state, now = snapshot.state, snapshot.now
     for key in excluded:
         snapshot.pin(key)
     if workload is None:
-        return Plan(now=rfc3339(now), decisions=admission_pass(snapshot))
-    _kind, namespace, name = parse_object_ref(workload)
+        decisions = admission_pass(snapshot)
+        if state.pods:
+            decisions += node_decisions(NodePlanner(state, now, priority_search))
+        return Plan(now=rfc3339(now), decisions=decisions)
+    kind, namespace, name = parse_object_ref(workload)
+    if _node_level(state, kind, f"{namespace}/{name}"):
+        planner = NodePlanner(state, now, priority_search)
+        return Plan(now=rfc3339(now), decisions=[planner.decide(planner.resolve(workload))])
     wl = state.workloads.get(f"{namespace}/{name}")
     if wl is None:
         raise InvalidInput(f"--workload: Workload {namespace}/{name} not found in the manifests")

@@ -1,0 +1,187 @@
+"""Nodes, pods, pod groups (gangs), PodDisruptionBudgets and ElasticQuotas: the node-level
+half of the cluster, as kube-scheduler, the scheduler-plugins and Koordinator see it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+import msgspec
+
+from gangpreempt.model.scheduling import SchedulingConstraints, Taint
+
+PODS = "pods"  # the pod-count resource every node has in its allocatable
+
+# A gang's preemption unit (KEP-5710): one pod at a time, or the whole group at once.
+UNIT_POD = "Pod"
+UNIT_GROUP = "PodGroup"
+
+NEVER = "Never"
+PREEMPT_LOWER = "PreemptLowerPriority"
+
+# Koordinator job-level labels.
+PREEMPTIBLE_LABEL = "quota.scheduling.koordinator.sh/preemptible"
+CAN_PREEMPT_LABEL = "quota.scheduling.koordinator.sh/can-preempt"
+QUOTA_NAME_LABEL = "quota.scheduling.koordinator.sh/name"
+SOFT_EVICTION_LABEL = "scheduling.koordinator.sh/soft-eviction"
+
+
+class LabelRequirement(msgspec.Struct, frozen=True):
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        if self.operator == "In":
+            return present and labels[self.key] in self.values
+        if self.operator == "NotIn":
+            return not present or labels[self.key] not in self.values
+        if self.operator == "Exists":
+            return present
+        return not present  # DoesNotExist
+
+
+class LabelSelector(msgspec.Struct, frozen=True):
+    match_labels: dict[str, str] = msgspec.field(default_factory=dict)
+    match_expressions: tuple[LabelRequirement, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.match_labels and not self.match_expressions
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """An empty selector matches everything (the caller decides what empty means)."""
+        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
+class Node(msgspec.Struct, frozen=True):
+    name: str
+    allocatable: dict[str, int]
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+
+    @property
+    def ref(self) -> str:
+        return f"Node/{self.name}"
+
+
+class Pod(msgspec.Struct, frozen=True):
+    namespace: str
+    name: str
+    requests: dict[str, int]
+    uid: str = ""
+    resource_version: str = ""
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    node_name: str = ""
+    nominated_node: str = ""
+    priority: int | None = None
+    priority_class_name: str = ""
+    preemption_policy: str | None = None
+    scheduling: SchedulingConstraints = SchedulingConstraints()
+    start_time: datetime | None = None
+    scheduled_at: datetime | None = None
+    terminating: bool = False
+    finished: bool = False  # phase Succeeded or Failed: holds no resources
+    group: str = ""  # namespace/name of the PodGroup (gang) it belongs to, if any
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> str:
+        return f"Pod/{self.namespace}/{self.name}"
+
+    @property
+    def running(self) -> bool:
+        """Bound to a node and holding its resources (terminating pods still hold them)."""
+        return bool(self.node_name) and not self.finished
+
+    @property
+    def pending(self) -> bool:
+        return not self.node_name and not self.finished and not self.terminating
+
+
+class PodGroup(msgspec.Struct, frozen=True):
+    """A gang: pods that are scheduled together (``min_count`` at least) and, in
+    ``PodGroup`` preemption mode, preempted together."""
+
+    namespace: str
+    name: str
+    min_count: int
+    preemption_mode: str = UNIT_GROUP
+    priority_class_name: str = ""
+    preemption_priority_class_name: str = ""
+    topology_key: str = ""
+    source: str = "PodGroup"  # how it was declared, for messages
+    workload: str = ""  # the scheduling.k8s.io Workload it belongs to, if any
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> str:
+        return f"PodGroup/{self.namespace}/{self.name}"
+
+
+class PodDisruptionBudget(msgspec.Struct, frozen=True):
+    namespace: str
+    name: str
+    selector: LabelSelector
+    disruptions_allowed: int = 0
+    disrupted_pods: frozenset[str] = frozenset()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def covers(self, pod: Pod) -> bool:
+        """kube-scheduler's rule: same namespace, a non-empty selector that matches."""
+        return (
+            pod.namespace == self.namespace
+            and not self.selector.empty
+            and self.selector.matches(pod.labels)
+        )
+
+
+class ElasticQuota(msgspec.Struct, frozen=True):
+    """scheduling.sigs.k8s.io ElasticQuota: ``min`` guaranteed (non-preemptible usage),
+    ``max`` the ceiling of everything."""
+
+    namespace: str
+    name: str
+    min: dict[str, int]
+    max: dict[str, int]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> str:
+        return f"ElasticQuota/{self.namespace}/{self.name}"
+
+
+__all__ = [
+    "CAN_PREEMPT_LABEL",
+    "NEVER",
+    "PODS",
+    "PREEMPTIBLE_LABEL",
+    "PREEMPT_LOWER",
+    "QUOTA_NAME_LABEL",
+    "SOFT_EVICTION_LABEL",
+    "UNIT_GROUP",
+    "UNIT_POD",
+    "ElasticQuota",
+    "LabelRequirement",
+    "LabelSelector",
+    "Node",
+    "Pod",
+    "PodDisruptionBudget",
+    "PodGroup",
+]

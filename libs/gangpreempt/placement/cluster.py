@@ -1,0 +1,160 @@
+"""The node-level view of a ``ClusterState``, indexed once per snapshot: nodes with what
+their running pods use, pods by node and by gang, and every pod's scheduling and
+preemption priority resolved (PriorityClass, ``globalDefault``, gang priorities)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from gangpreempt.errors import InvalidInput
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import NEVER, PODS, Node, Pod, PodGroup
+from gangpreempt.model.queues import PriorityClass
+
+
+def add_into(into: dict[str, int], more: Mapping[str, int], sign: int = 1) -> None:
+    for res, v in more.items():
+        into[res] = into.get(res, 0) + sign * v
+
+
+def pod_demand(pod: Pod) -> dict[str, int]:
+    """What a pod takes from its node: its requests plus one pod slot."""
+    demand = dict(pod.requests)
+    demand[PODS] = demand.get(PODS, 0) + 1
+    return demand
+
+
+class NodeView:
+    """One node: allocatable, what is in use, and the pods holding it."""
+
+    __slots__ = ("alloc", "name", "node", "pods", "used")
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.name = node.name
+        self.alloc = node.allocatable
+        self.used: dict[str, int] = {}
+        self.pods: list[Pod] = []
+
+    def free(self, resources: Iterable[str]) -> dict[str, int]:
+        """Free amount of each resource; a resource the node does not list is 0, except
+        ``pods`` which is unlimited when the node does not declare it."""
+        out: dict[str, int] = {}
+        for res in resources:
+            if res == PODS and PODS not in self.alloc:
+                out[res] = 1 << 40
+            else:
+                out[res] = self.alloc.get(res, 0) - self.used.get(res, 0)
+        return out
+
+
+class NodeCluster:
+    """Nodes, pods and gangs of one snapshot, with priorities resolved."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.nodes: list[NodeView] = [NodeView(n) for _, n in sorted(state.nodes.items())]
+        self.by_name: dict[str, NodeView] = {v.name: v for v in self.nodes}
+        self.members: dict[str, list[Pod]] = {}
+        self.pod_priority: dict[str, int] = {}
+        self.unbound: list[Pod] = []  # running on a node that is not in the snapshot
+        default = state.global_default_priority()
+        for key, pod in sorted(state.pods.items()):
+            self.pod_priority[key] = self._pod_priority(pod, default)
+            if pod.group:
+                self.members.setdefault(pod.group, []).append(pod)
+            if not pod.running:
+                continue
+            view = self.by_name.get(pod.node_name)
+            if view is None:
+                self.unbound.append(pod)
+                continue
+            view.pods.append(pod)
+            add_into(view.used, pod_demand(pod))
+        self.group_priority: dict[str, tuple[int, int]] = {
+            key: self._group_priorities(group, default)
+            for key, group in sorted(state.pod_groups.items())
+        }
+
+    # -- priorities ---------------------------------------------------------------------
+
+    def _class(self, name: str, owner: str, field: str) -> PriorityClass:
+        pc = self.state.priority_classes.get(name)
+        if pc is None:
+            raise InvalidInput(f"{owner}: {field}: PriorityClass {name!r} not found")
+        return pc
+
+    def _pod_priority(self, pod: Pod, default: int) -> int:
+        if pod.priority is not None:
+            return pod.priority
+        if pod.priority_class_name:
+            return self._class(
+                pod.priority_class_name, f"Pod {pod.key}", "spec.priorityClassName"
+            ).value
+        return default
+
+    def _group_priorities(self, group: PodGroup, default: int) -> tuple[int, int]:
+        """(scheduling, preemption) priority of a gang. Scheduling: its priority class,
+        else the lowest of its pods'. Preemption: its preemption priority class, else the
+        scheduling priority; below the scheduling priority is refused (KEP-5710's rule
+        that rules out preemption cycles)."""
+        owner = f"{group.source} {group.key}"
+        if group.priority_class_name:
+            sched = self._class(group.priority_class_name, owner, "priorityClassName").value
+        else:
+            pods = self.members.get(group.key, [])
+            sched = min((self.pod_priority[p.key] for p in pods), default=default)
+        preempt = sched
+        if group.preemption_priority_class_name:
+            preempt = self._class(
+                group.preemption_priority_class_name, owner, "preemptionPriorityClassName"
+            ).value
+            if preempt < sched:
+                raise InvalidInput(
+                    f"{owner}: preemptionPriorityClassName "
+                    f"{group.preemption_priority_class_name!r} ({preempt}) is below the "
+                    f"scheduling priority ({sched}); a preemption priority must be at least "
+                    "the scheduling priority, or two such gangs could preempt each other "
+                    "forever"
+                )
+        return sched, preempt
+
+    def scheduling_priority(self, pod: Pod) -> int:
+        """The priority a pod is scheduled with: its gang's when it is in one."""
+        if pod.group and pod.group in self.group_priority:
+            return self.group_priority[pod.group][0]
+        return self.pod_priority[pod.key]
+
+    def preemption_priority(self, pod: Pod) -> int:
+        """The priority a pod is preempted at: its gang's preemption priority when it is
+        in one, else its own."""
+        if pod.group and pod.group in self.group_priority:
+            return self.group_priority[pod.group][1]
+        return self.pod_priority[pod.key]
+
+    def priority_class_of(self, pod: Pod) -> PriorityClass | None:
+        """The class whose toleration policy protects the pod as a victim: the gang's
+        preemption (or scheduling) class, else the pod's own."""
+        group = self.state.pod_groups.get(pod.group) if pod.group else None
+        name = ""
+        if group is not None:
+            name = group.preemption_priority_class_name or group.priority_class_name
+        name = name or pod.priority_class_name
+        return self.state.priority_classes.get(name) if name else None
+
+    def preemption_policy(self, pod: Pod) -> str:
+        """``spec.preemptionPolicy``, else its PriorityClass's (what admission copies)."""
+        if pod.preemption_policy:
+            return pod.preemption_policy
+        group = self.state.pod_groups.get(pod.group) if pod.group else None
+        for name in (group.priority_class_name if group else "", pod.priority_class_name):
+            pc = self.state.priority_classes.get(name) if name else None
+            if pc is not None:
+                return pc.preemption_policy
+        return "PreemptLowerPriority"
+
+    def never_preempts(self, pods: Iterable[Pod]) -> bool:
+        return any(self.preemption_policy(p) == NEVER for p in pods)
+
+
+__all__ = ["NodeCluster", "NodeView", "add_into", "pod_demand"]

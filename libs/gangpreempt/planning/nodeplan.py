@@ -1,0 +1,360 @@
+"""Node-level decisions: a pending pod or gang placed on nodes, with the victims that
+make room for it (kube-scheduler's DefaultPreemption for a lone pod, KEP-5710's domain
+search for a gang, with its ElasticQuota checked alongside)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from gangpreempt.errors import InvalidInput
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import CAN_PREEMPT_LABEL, NEVER, Pod, PodGroup
+from gangpreempt.placement.cluster import NodeCluster, add_into, pod_demand
+from gangpreempt.placement.gang import Shape, shapes_of
+from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim, plural
+from gangpreempt.preemption.gang import GangSearch, best, domains
+from gangpreempt.preemption.jobquota import JobQuota, non_preemptible, quota_of
+from gangpreempt.preemption.single import fits_now, search_single
+from gangpreempt.preemption.units import Unit, UnitTable
+
+NODE_REASON = "PreemptionByScheduler"
+
+
+class Preemptor:
+    """A pending lone pod, or a gang (one PodGroup, or every group of a Workload)."""
+
+    def __init__(self, ref: str, pods: list[Pod], groups: list[PodGroup], priority: int) -> None:
+        self.ref = ref
+        self.pods = pods  # pending pods, name order
+        self.groups = groups
+        self.priority = priority
+
+    @property
+    def is_gang(self) -> bool:
+        return bool(self.groups)
+
+
+class NodePlanner:
+    """Node-level decisions on one snapshot; ``commit`` makes a decision's placement and
+    victims count for the preemptors decided after it."""
+
+    def __init__(self, state: ClusterState, now: datetime, priority_search: bool = True) -> None:
+        self.state = state
+        self.now = now
+        self.cluster = NodeCluster(state)
+        self.table = UnitTable(self.cluster, now)
+        self.priority_search = priority_search
+        self.promised: set[str] = set()  # unit keys already chosen as victims
+
+    # -- preemptors -----------------------------------------------------------------------
+
+    def _gang(self, ref: str, keys: Iterable[str]) -> Preemptor:
+        groups = [self.state.pod_groups[k] for k in keys]
+        pods = [p for g in groups for p in self.cluster.members.get(g.key, []) if p.pending]
+        prio = max((self.cluster.group_priority[g.key][0] for g in groups), default=0)
+        return Preemptor(ref, sorted(pods, key=lambda p: p.key), groups, prio)
+
+    def resolve(self, ref: str) -> Preemptor:
+        """``Pod/NS/NAME`` (a gang member stands for its gang), ``PodGroup/NS/NAME`` or a
+        scheduling.k8s.io ``Workload/NS/NAME``."""
+        kind, _, key = ref.partition("/")
+        st = self.state
+        if kind == "Pod":
+            pod = st.pods.get(key)
+            if pod is None:
+                raise InvalidInput(f"--workload: Pod {key} not found in the manifests")
+            if not pod.pending:
+                raise InvalidInput(
+                    f"--workload: Pod {key} is not pending (it is bound or finished)"
+                )
+            if pod.group and pod.group in st.pod_groups:
+                return self._gang(st.pod_groups[pod.group].ref, [pod.group])
+            return Preemptor(ref, [pod], [], self.cluster.pod_priority[pod.key])
+        if kind == "PodGroup":
+            if key not in st.pod_groups:
+                raise InvalidInput(f"--workload: PodGroup {key} not found in the manifests")
+            return self._gang(ref, [key])
+        if kind == "Workload" and key in st.gang_workloads:
+            return self._gang(ref, st.gang_workloads[key])
+        raise InvalidInput(f"--workload: {ref} not found in the manifests")
+
+    def pending(self) -> list[Preemptor]:
+        """Every pending lone pod and every gang with pending pods, highest priority
+        first, then by name (the order kube-scheduler's queue would pop them)."""
+        out: list[Preemptor] = []
+        seen_workloads: set[str] = set()
+        for key, pods in sorted(self.cluster.members.items()):
+            group = self.state.pod_groups.get(key)
+            if group is None or not any(p.pending for p in pods):
+                continue
+            if group.workload and group.workload in self.state.gang_workloads:
+                if group.workload in seen_workloads:
+                    continue
+                seen_workloads.add(group.workload)
+                out.append(
+                    self._gang(
+                        f"Workload/{group.workload}", self.state.gang_workloads[group.workload]
+                    )
+                )
+            else:
+                out.append(self._gang(group.ref, [key]))
+        for key, pod in sorted(self.state.pods.items()):
+            if pod.pending and not (pod.group and pod.group in self.state.pod_groups):
+                out.append(Preemptor(pod.ref, [pod], [], self.cluster.pod_priority[key]))
+        out.sort(key=lambda p: -p.priority)
+        return out
+
+    # -- deciding -------------------------------------------------------------------------
+
+    def decide(self, pre: Preemptor) -> Decision:
+        quota = self._quota(pre)
+        blocked = self._blocked(pre)
+        if blocked is not None:
+            return self._decision(pre, quota, "NoFit", PENDING, [], {}, blocked)
+        if pre.is_gang or quota is not None:
+            return self._decide_gang(pre, quota)
+        return self._decide_single(pre)
+
+    def _quota(self, pre: Preemptor) -> JobQuota | None:
+        if not pre.pods:
+            return None
+        eq = quota_of(self.state, pre.pods[0])
+        if eq is None:
+            return None
+        members = [
+            p for p in self.state.pods.values() if p.running and quota_of(self.state, p) == eq
+        ]
+        demand: dict[str, int] = {}
+        for p in pre.pods:
+            add_into(demand, p.requests)
+        return JobQuota(eq, members, demand, any(non_preemptible(p) for p in pre.pods))
+
+    def _blocked(self, pre: Preemptor) -> str | None:
+        """Why this preemptor must not start (new) preemption now, or None."""
+        for group in pre.groups:
+            have = len(self.cluster.members.get(group.key, []))
+            if have < group.min_count:
+                return (
+                    f"{group.ref} has {plural(have, 'pod')}, fewer than its minCount "
+                    f"{group.min_count}: waiting for its pods"
+                )
+        if not pre.pods:
+            return "no pending pods"
+        for pod in pre.pods:
+            node = self.cluster.by_name.get(pod.nominated_node) if pod.nominated_node else None
+            if node is None:
+                continue
+            terminating = [
+                p
+                for p in node.pods
+                if p.terminating and self.cluster.preemption_priority(p) < pre.priority
+            ]
+            if terminating:
+                return (
+                    f"{pod.ref} is nominated to node {node.name}, where "
+                    f"{plural(len(terminating), 'lower-priority pod')} are still terminating: "
+                    "waiting for them instead of preempting more"
+                )
+        return None
+
+    def _may_preempt(self, pre: Preemptor) -> str | None:
+        for pod in pre.pods:
+            if pod.labels.get(CAN_PREEMPT_LABEL) == "false":
+                return f"{pod.ref} is labelled {CAN_PREEMPT_LABEL}=false"
+        if self.cluster.never_preempts(pre.pods) or any(
+            self._group_policy(g) == NEVER for g in pre.groups
+        ):
+            return "its preemptionPolicy is Never"
+        return None
+
+    def _group_policy(self, group: PodGroup) -> str:
+        pc = self.state.priority_classes.get(group.priority_class_name)
+        return pc.preemption_policy if pc is not None else "PreemptLowerPriority"
+
+    def _own_units(self, pre: Preemptor) -> set[str]:
+        own = {g.key for g in pre.groups}
+        for g in pre.groups:
+            own.update(p.key for p in self.cluster.members.get(g.key, []))
+        return own | self.promised
+
+    def _decide_single(self, pre: Preemptor) -> Decision:
+        pod = pre.pods[0]
+        node = fits_now(self.cluster, pod, pre.priority)
+        if node is not None:
+            return self._decision(
+                pre, None, "Fit", ADMIT, [], {pod.ref: node}, f"fits on node {node}"
+            )
+        refusal = self._may_preempt(pre)
+        if refusal is not None:
+            return self._decision(
+                pre, None, "NoFit", PENDING, [], {}, f"does not fit on any node and {refusal}"
+            )
+        candidates = self.table.candidates(pre.priority, self._own_units(pre))
+        found, evaluated = search_single(self.cluster, self.table, pod, pre.priority, candidates)
+        if found is None:
+            return self._decision(
+                pre,
+                None,
+                "NoFit",
+                PENDING,
+                [],
+                {},
+                f"does not fit on any node, and no node would fit it after preempting "
+                f"lower-priority pods ({plural(evaluated, 'node')} evaluated)",
+            )
+        message = f"preempts {plural(len(found.victims), 'unit')} on node {found.node}" + (
+            f" ({found.violations} PDB violations)" if found.violations else ""
+        )
+        return self._decision(
+            pre, None, "Preempt", PREEMPT, found.victims, {pod.ref: found.node}, message
+        )
+
+    def _decide_gang(self, pre: Preemptor, quota: JobQuota | None) -> Decision:
+        shapes = shapes_of(pre.pods, self.cluster.nodes)
+        required = self._required(pre, shapes)
+        checks = [quota] if quota is not None else []
+        quota_units: set[str] = set()
+        if quota is not None:
+            quota_units = {
+                u.key
+                for u in self.table.units.values()
+                if any(p.key in quota.usage for p in u.pods)
+            }
+        search = GangSearch(
+            self.table, shapes, required, [], checks, quota_units, self.priority_search
+        )
+        topology = next((g.topology_key for g in pre.groups if g.topology_key), "")
+        doms = domains(self.cluster.nodes, topology)
+        for dom in doms:
+            placement = search.fits_without_preemption(dom)
+            if placement is not None:
+                where = f" in {dom.name}" if topology else ""
+                return self._decision(
+                    pre,
+                    quota,
+                    "Fit",
+                    ADMIT,
+                    [],
+                    placement,
+                    f"{plural(len(placement), 'pod')} fit on nodes{where} as they are",
+                )
+        refusal = self._may_preempt(pre)
+        if refusal is not None:
+            why = quota.why_not() if quota is not None else None
+            detail = f" ({quota.quota.ref}: {why})" if quota is not None and why else ""
+            return self._decision(
+                pre, quota, "NoFit", PENDING, [], {}, f"does not fit{detail} and {refusal}"
+            )
+        search.candidates = self.table.candidates(pre.priority, self._own_units(pre))
+        outcomes = [o for o in (search.run(d) for d in doms) if o is not None]
+        chosen = best(outcomes, self.now)
+        if chosen is None:
+            detail = "; ".join(search.skipped[:3])
+            return self._decision(
+                pre,
+                quota,
+                "NoFit",
+                PENDING,
+                [],
+                {},
+                "cannot be placed even after preempting every lower-priority "
+                f"candidate{': ' + detail if detail else ''}",
+            )
+        where = f" in {chosen.domain}" if topology else ""
+        n_pods = sum(len(u.pods) for u in chosen.victims)
+        message = (
+            f"places {plural(len(chosen.placement), 'pod')}{where} after preempting "
+            f"{plural(len(chosen.victims), 'unit')} ({plural(n_pods, 'pod')})"
+            + (f"; {chosen.violations} PDB violations" if chosen.violations else "")
+        )
+        return self._decision(
+            pre, quota, "Preempt", PREEMPT, chosen.victims, chosen.placement, message
+        )
+
+    def _required(self, pre: Preemptor, shapes: list[Shape]) -> dict[int, int]:
+        """Per shape, how many of its pods must be placed: each group's minCount less the
+        pods it already runs, taken from its pending pods in name order."""
+        need: dict[str, int] = {}
+        for g in pre.groups:
+            running = sum(
+                1 for p in self.cluster.members.get(g.key, []) if p.running and not p.terminating
+            )
+            need[g.key] = max(0, g.min_count - running)
+        if not pre.groups:
+            return {i: len(s.pods) for i, s in enumerate(shapes)}
+        taken: dict[str, int] = {}
+        required: dict[int, int] = {}
+        # Reorder each shape's pods so the ones that are required come first.
+        for i, shape in enumerate(shapes):
+            first: list[Pod] = []
+            rest: list[Pod] = []
+            for pod in shape.pods:
+                if taken.get(pod.group, 0) < need.get(pod.group, 0):
+                    taken[pod.group] = taken.get(pod.group, 0) + 1
+                    first.append(pod)
+                else:
+                    rest.append(pod)
+            shape.pods = first + rest
+            required[i] = len(first)
+        return required
+
+    def _decision(
+        self,
+        pre: Preemptor,
+        quota: JobQuota | None,
+        mode: str,
+        outcome: str,
+        victims: list[Unit],
+        placement: dict[str, str],
+        message: str,
+    ) -> Decision:
+        out = []
+        for unit in victims:
+            eq = quota_of(self.state, unit.pods[0]) if self.state.elastic_quotas else None
+            out.append(
+                Victim(
+                    object=unit.ref,
+                    reason=NODE_REASON,
+                    pods=sorted(p.ref for p in unit.pods),
+                    queue=eq.ref if eq is not None else "",
+                    priority=unit.priority,
+                    evicting=unit.evicting,
+                )
+            )
+        return Decision(
+            preemptor=pre.ref,
+            queue=quota.quota.ref if quota is not None else "",
+            mode=mode,
+            outcome=outcome,
+            flavors={},
+            borrowing=0,
+            victims=out,
+            placement=dict(sorted(placement.items())),
+            message=message,
+        )
+
+    def commit(self, pre: Preemptor, decision: Decision) -> None:
+        """Later preemptors see this one's pods on their nodes and its victims taken."""
+        for pod in pre.pods:
+            node = decision.placement.get(pod.ref)
+            view = self.cluster.by_name.get(node) if node else None
+            if view is not None:
+                add_into(view.used, pod_demand(pod))
+        for v in decision.victims:
+            unit = next((u for u in self.table.units.values() if u.ref == v.object), None)
+            if unit is not None:
+                self.promised.add(unit.key)
+
+
+def node_decisions(planner: NodePlanner) -> list[Decision]:
+    """Every pending preemptor in queue order, each seeing the ones before it."""
+    out = []
+    for pre in planner.pending():
+        d = planner.decide(pre)
+        planner.commit(pre, d)
+        out.append(d)
+    return out
+
+
+__all__ = ["NODE_REASON", "NodePlanner", "Preemptor", "node_decisions"]

@@ -1,0 +1,319 @@
+"""The gang victim search of KEP-5710, per domain (the whole cluster, or each value of the
+gang's topology key):
+
+1. candidates: units below the gang's priority that may be taken (see ``units``);
+2. a domain where the gang does not fit even with every candidate gone is skipped;
+3. PDB reprieval: with the gang placed on the cleared domain, units that would violate
+   a budget are kept when they still fit where they run;
+4. binary search over the candidates' priorities for the lowest ceiling that still lets
+   the gang fit (a policy, on by default);
+5. place the gang once, preferring nodes that need no or only cheap victims;
+6. reprieve in importance order every unit that still fits where it runs;
+7. score the domains as kube-scheduler scores nodes.
+
+Feasibility is one question, "does the gang fit if these units are gone?", answered by the
+placement and by each quota check (``Check``) together."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from gangpreempt.placement.cluster import NodeView, pod_demand
+from gangpreempt.placement.fit import fits, take
+from gangpreempt.placement.gang import Free, Shape, copy_free, place
+from gangpreempt.preemption.single import INT32_SHIFT
+from gangpreempt.preemption.units import Unit, UnitTable, pdb_violations
+
+
+class Check(Protocol):
+    """A quota the gang must also fit in: ``fits`` with the named pods (keys) gone."""
+
+    def fits(self, removed: Iterable[str] = ()) -> bool: ...
+
+
+class Domain:
+    __slots__ = ("name", "nodes")
+
+    def __init__(self, name: str, nodes: list[NodeView]) -> None:
+        self.name = name
+        self.nodes = nodes
+
+
+def domains(nodes: Sequence[NodeView], topology_key: str) -> list[Domain]:
+    if not topology_key:
+        return [Domain("cluster", list(nodes))]
+    by_value: dict[str, list[NodeView]] = {}
+    for view in nodes:
+        value = view.node.labels.get(topology_key)
+        if value is not None:
+            by_value.setdefault(value, []).append(view)
+    return [Domain(f"{topology_key}={v}", by_value[v]) for v in sorted(by_value)]
+
+
+class GangOutcome:
+    """The chosen domain's placement and victims (empty victims: fits as it is)."""
+
+    __slots__ = ("domain", "placement", "victims", "violations")
+
+    def __init__(
+        self, domain: str, placement: dict[str, str], victims: list[Unit], violations: int
+    ) -> None:
+        self.domain = domain
+        self.placement = placement
+        self.victims = victims
+        self.violations = violations
+
+    def score(self, now: datetime) -> tuple[int, int, int, int, float]:
+        if not self.victims:
+            return (0, -(2**40), 0, 0, 0.0)
+        highest = max(u.priority for u in self.victims)
+        pods = [(u.priority, p) for u in self.victims for p in u.pods]
+        total = sum(prio + INT32_SHIFT for prio, _ in pods)
+        earliest = min((p.start_time or now) for prio, p in pods if prio == highest)
+        return (self.violations, highest, total, len(pods), -earliest.timestamp())
+
+
+class GangSearch:
+    """One gang's search over the domains of one snapshot."""
+
+    def __init__(
+        self,
+        table: UnitTable,
+        shapes: list[Shape],
+        required: dict[int, int],
+        candidates: list[Unit],
+        checks: Sequence[Check] = (),
+        quota_units: Iterable[str] = (),
+        priority_search: bool = True,
+    ) -> None:
+        self.table = table
+        self.shapes = shapes
+        self.required = required  # shape index -> pods that must be placed
+        self.candidates = candidates  # most important first
+        self.checks = list(checks)
+        self.quota_units = set(quota_units)  # units that count in a checked quota
+        self.priority_search = priority_search
+        self.resources: set[str] = set()
+        for s in shapes:
+            self.resources.update(s.demand)
+        self.skipped: list[str] = []  # why domains were skipped, for the message
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _base(self, domain: Domain) -> Free:
+        return {v.name: v.free(self.resources) for v in domain.nodes}
+
+    def _freed(self, base: Free, units: Iterable[Unit]) -> Free:
+        free = copy_free(base)
+        for unit in units:
+            for p in unit.pods:
+                node_free = free.get(p.node_name)
+                if node_free is None:
+                    continue
+                for res, v in pod_demand(p).items():
+                    if res in node_free:
+                        node_free[res] += v
+        return free
+
+    def _quota_ok(self, removed: Iterable[Unit]) -> bool:
+        if not self.checks:
+            return True
+        keys = [p.key for u in removed for p in u.pods]
+        return all(c.fits(keys) for c in self.checks)
+
+    def _restrict(self, domain: Domain) -> list[Shape]:
+        names = {v.name for v in domain.nodes}
+        out = []
+        for s in self.shapes:
+            restricted = Shape(s.demand, [n for n in s.allowed if n in names])
+            restricted.pods = s.pods
+            out.append(restricted)
+        return out
+
+    def _place(
+        self, shapes: list[Shape], free: Free, order: dict[int, list[str]] | None = None
+    ) -> dict[str, str] | None:
+        return place(shapes, free, order, self.required)
+
+    def feasible(self, shapes: list[Shape], base: Free, units: Sequence[Unit]) -> bool:
+        return self._quota_ok(units) and self._place(shapes, self._freed(base, units)) is not None
+
+    # -- the search -----------------------------------------------------------------------
+
+    def fits_without_preemption(self, domain: Domain) -> dict[str, str] | None:
+        if not self._quota_ok(()):
+            return None
+        shapes = self._restrict(domain)
+        free = self._base(domain)
+        placement = self._place(shapes, free)
+        if placement is not None:
+            self._place_extra(shapes, free, placement)
+        return placement
+
+    def run(self, domain: Domain) -> GangOutcome | None:
+        shapes = self._restrict(domain)
+        base = self._base(domain)
+        names = set(base)
+        cands = [
+            u
+            for u in self.candidates
+            if u.key in self.quota_units or any(p.node_name in names for p in u.pods)
+        ]
+        if not self.feasible(shapes, base, cands):
+            self.skipped.append(f"{domain.name}: does not fit even with every candidate gone")
+            return None
+        violating = pdb_violations(cands, self.table.cluster)
+        cands = self._pdb_reprieval(shapes, base, cands, violating)
+        chosen = self._ceiling(shapes, base, cands)
+        placement = self._cheap_placement(shapes, base, chosen, violating)
+        victims, free = self._reprieve(base, chosen, placement)
+        self._place_extra(shapes, free, placement)
+        violating = pdb_violations(victims, self.table.cluster)
+        return GangOutcome(domain.name, placement, victims, len(violating))
+
+    def _place_extra(self, shapes: list[Shape], free: Free, placement: dict[str, str]) -> None:
+        """Pods beyond minCount go where there is room left, evicting nobody more."""
+        for i, shape in enumerate(shapes):
+            for pod in shape.pods[self.required.get(i, len(shape.pods)) :]:
+                one = Shape(shape.demand, shape.allowed)
+                one.pods = [pod]
+                got = place([one], free)
+                if got:
+                    placement.update(got)
+
+    def _pdb_reprieval(
+        self, shapes: list[Shape], base: Free, cands: list[Unit], violating: set[str]
+    ) -> list[Unit]:
+        if not violating:
+            return cands
+        free = self._freed(base, cands)
+        placement = self._cheap_placement(shapes, base, cands, violating)
+        for shape in shapes:
+            for pod in shape.pods:
+                node = placement.get(pod.ref)
+                if node is not None:
+                    take(free[node], shape.demand)
+        kept: set[str] = set()
+        removed = list(cands)
+        for unit in cands:
+            if unit.key in violating and self._fits_back(free, unit, removed):
+                kept.add(unit.key)
+        return [u for u in cands if u.key not in kept]
+
+    def _fits_back(self, free: Free, unit: Unit, removed: list[Unit]) -> bool:
+        """Put ``unit`` back where it runs if every node (and quota) still holds; updates
+        ``free`` and ``removed`` when it does."""
+        back: dict[str, dict[str, int]] = {}
+        for p in unit.pods:
+            if p.node_name in free:
+                node_back = back.setdefault(p.node_name, {})
+                for res, v in pod_demand(p).items():
+                    if res in self.resources:
+                        node_back[res] = node_back.get(res, 0) + v
+        for name, need in back.items():
+            node_free = free[name]
+            for res, v in need.items():
+                if node_free[res] - v < 0 and v > 0:
+                    return False
+        rest = [u for u in removed if u is not unit]
+        if unit.key in self.quota_units and not self._quota_ok(rest):
+            return False
+        for name, need in back.items():
+            for res, v in need.items():
+                free[name][res] -= v
+        removed[:] = rest
+        return True
+
+    def _ceiling(self, shapes: list[Shape], base: Free, cands: list[Unit]) -> list[Unit]:
+        """Candidates at or below the lowest priority ceiling that still fits."""
+        if not self.priority_search:
+            return cands
+        levels = sorted({u.priority for u in cands})
+        lo, hi = 0, len(levels) - 1  # levels[hi] is known to fit (all candidates)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.feasible(shapes, base, [u for u in cands if u.priority <= levels[mid]]):
+                hi = mid
+            else:
+                lo = mid + 1
+        ceiling = levels[hi] if levels else 0
+        return [u for u in cands if u.priority <= ceiling]
+
+    def _cheap_placement(
+        self, shapes: list[Shape], base: Free, chosen: list[Unit], violating: set[str]
+    ) -> dict[str, str]:
+        """Place the gang with ``chosen`` gone, trying first the nodes where a pod fits
+        as things are, then those whose cheapest sufficient victims are least important."""
+        by_node: dict[str, list[Unit]] = {}
+        for unit in chosen:
+            for p in unit.pods:
+                lst = by_node.setdefault(p.node_name, [])
+                if not lst or lst[-1] is not unit:
+                    lst.append(unit)
+        order: dict[int, list[str]] = {}
+        for i, shape in enumerate(shapes):
+            costs: list[tuple[tuple[int, int, int, int], str]] = []
+            for name in shape.allowed:
+                cost = self._node_cost(shape, name, base[name], by_node.get(name, []), violating)
+                if cost is not None:
+                    costs.append((cost, name))
+            costs.sort()
+            order[i] = [name for _, name in costs]
+        placement = self._place(shapes, self._freed(base, chosen), order)
+        if placement is None:  # the preference order packed worse: take the plain order
+            placement = self._place(shapes, self._freed(base, chosen))
+        assert placement is not None
+        return placement
+
+    def _node_cost(
+        self,
+        shape: Shape,
+        name: str,
+        free: dict[str, int],
+        units: list[Unit],
+        violating: set[str],
+    ) -> tuple[int, int, int, int] | None:
+        """How bad a node is for one pod of ``shape``: 0 when it fits as things are, else
+        the PDB violations, highest priority and count of the least important units on
+        it whose removal makes room; None when even all of them do not."""
+        if fits(shape.demand, free):
+            return (0, 0, 0, 0)
+        room = dict(free)
+        highest = units[-1].priority if units else 0
+        broken = 0
+        for taken, unit in enumerate(reversed(units), 1):  # least important first
+            for p in unit.pods:
+                if p.node_name == name:
+                    for res, v in pod_demand(p).items():
+                        if res in room:
+                            room[res] += v
+            highest = max(highest, unit.priority)
+            broken += unit.key in violating
+            if fits(shape.demand, room):
+                return (1, broken, highest, taken)
+        return None
+
+    def _reprieve(
+        self, base: Free, chosen: list[Unit], placement: dict[str, str]
+    ) -> tuple[list[Unit], Free]:
+        free = self._freed(base, chosen)
+        for shape in self.shapes:
+            for pod in shape.pods:
+                node = placement.get(pod.ref)
+                if node is not None:
+                    for res, v in shape.demand.items():
+                        free[node][res] -= v
+        removed = list(chosen)
+        for unit in chosen:  # most important first
+            self._fits_back(free, unit, removed)
+        return removed, free
+
+
+def best(outcomes: Iterable[GangOutcome], now: datetime) -> GangOutcome | None:
+    ranked = sorted(enumerate(outcomes), key=lambda t: (t[1].score(now), t[0]))
+    return ranked[0][1] if ranked else None
+
+
+__all__ = ["Check", "Domain", "GangOutcome", "GangSearch", "best", "domains"]

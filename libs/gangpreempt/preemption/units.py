@@ -1,0 +1,137 @@
+"""Preemption units (KEP-5710): a whole gang in ``PodGroup`` mode, else a single pod; which
+of them a preemptor may take (priority, non-preemptible label, preemption toleration),
+their importance order, and the PodDisruptionBudgets they would violate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+
+from gangpreempt.model.pods import PREEMPTIBLE_LABEL, UNIT_GROUP, Pod
+from gangpreempt.model.queues import PriorityClass
+from gangpreempt.placement.cluster import NodeCluster
+
+NON_PREEMPTIBLE = "false"
+
+
+class Unit:
+    """What is evicted together: its pods bound to nodes. ``evicting`` when all of them
+    are already terminating (choosing it again costs nothing new, as in kube-scheduler,
+    which keeps terminating pods among the potential victims)."""
+
+    __slots__ = ("evicting", "is_group", "key", "pods", "priority", "ref", "start")
+
+    def __init__(
+        self, ref: str, key: str, pods: list[Pod], priority: int, is_group: bool, now: datetime
+    ) -> None:
+        self.ref = ref
+        self.key = key
+        self.pods = pods
+        self.priority = priority
+        self.is_group = is_group
+        starts = [p.start_time or now for p in pods]
+        self.start = min(starts) if starts else now
+        self.evicting = all(p.terminating for p in pods)
+
+    def importance(self) -> tuple[int, int, datetime, str]:
+        """Sort key, most important first: higher priority, gangs before single pods
+        (KEP-5710), then the longest running (kube-scheduler's MoreImportantPod)."""
+        return (-self.priority, 0 if self.is_group else 1, self.start, self.ref)
+
+    def __repr__(self) -> str:
+        return f"Unit({self.ref}, priority={self.priority}, pods={len(self.pods)})"
+
+
+def tolerates(pc: PriorityClass | None, preemptor_priority: int, pod: Pod, now: datetime) -> bool:
+    """The scheduler-plugins preemption toleration: the victim's PriorityClass exempts it
+    from preemptors below ``minimum-preemptable-priority`` (default: its value + 1) for
+    ``toleration-seconds`` after it was scheduled (0 = not at all, negative = forever)."""
+    if pc is None or (pc.minimum_preemptable_priority is None and pc.toleration_seconds is None):
+        return False
+    minimum = pc.minimum_preemptable_priority
+    if minimum is None:
+        minimum = pc.value + 1
+    if preemptor_priority >= minimum:
+        return False
+    if pod.scheduled_at is None:
+        return True  # not known to be scheduled: the toleration has not started to run out
+    seconds = pc.toleration_seconds or 0
+    if seconds < 0:
+        return True
+    return now < pod.scheduled_at + timedelta(seconds=seconds)
+
+
+class UnitTable:
+    """Every running unit of a snapshot, built once; ``candidates`` filters per preemptor."""
+
+    def __init__(self, cluster: NodeCluster, now: datetime) -> None:
+        self.cluster = cluster
+        self.now = now
+        groups = cluster.state.pod_groups
+        by_key: dict[str, list[Pod]] = {}
+        refs: dict[str, tuple[str, bool]] = {}
+        for view in cluster.nodes:
+            for pod in view.pods:
+                group = groups.get(pod.group) if pod.group else None
+                if group is not None and group.preemption_mode == UNIT_GROUP:
+                    key, ref, is_group = group.key, group.ref, True
+                else:
+                    key, ref, is_group = pod.key, pod.ref, False
+                by_key.setdefault(key, []).append(pod)
+                refs[key] = (ref, is_group)
+        self.units: dict[str, Unit] = {}
+        self.of_pod: dict[str, Unit] = {}
+        for key, pods in by_key.items():
+            ref, is_group = refs[key]
+            prio = cluster.preemption_priority(pods[0])
+            unit = Unit(ref, key, pods, prio, is_group, now)
+            self.units[key] = unit
+            for p in pods:
+                self.of_pod[p.key] = unit
+
+    def refusal(self, unit: Unit, preemptor_priority: int) -> str | None:
+        """Why ``unit`` may not be preempted by that priority, or None."""
+        if unit.priority >= preemptor_priority:
+            return f"priority {unit.priority} is not below {preemptor_priority}"
+        for pod in unit.pods:
+            if pod.labels.get(PREEMPTIBLE_LABEL) == NON_PREEMPTIBLE:
+                return f"{pod.ref} is labelled {PREEMPTIBLE_LABEL}=false"
+            pc = self.cluster.priority_class_of(pod)
+            if tolerates(pc, preemptor_priority, pod, self.now):
+                return f"{pod.ref} tolerates preemption (PriorityClass {pc.name if pc else ''})"
+        return None
+
+    def candidates(self, preemptor_priority: int, exclude: Iterable[str] = ()) -> list[Unit]:
+        """Units the preemptor may take, most important first; ``exclude`` names unit
+        keys that are not candidates (the preemptor's own gang, promised victims)."""
+        skip = set(exclude)
+        out = [
+            u
+            for u in self.units.values()
+            if u.key not in skip and self.refusal(u, preemptor_priority) is None
+        ]
+        out.sort(key=Unit.importance)
+        return out
+
+
+def pdb_violations(units: Sequence[Unit], cluster: NodeCluster) -> set[str]:
+    """kube-scheduler's filterPodsWithPDBViolation over units in the given order: each pod
+    spends one disruption of every budget covering it (unless already disrupted); a unit
+    whose pods overdraw a budget violates it."""
+    pdbs = list(cluster.state.pdbs.values())
+    if not pdbs:
+        return set()
+    allowed = {pdb.key: pdb.disruptions_allowed for pdb in pdbs}
+    violating: set[str] = set()
+    for unit in units:
+        for pod in unit.pods:
+            for pdb in pdbs:
+                if not pdb.covers(pod) or pod.name in pdb.disrupted_pods:
+                    continue
+                allowed[pdb.key] -= 1
+                if allowed[pdb.key] < 0:
+                    violating.add(unit.key)
+    return violating
+
+
+__all__ = ["Unit", "UnitTable", "pdb_violations", "tolerates"]
