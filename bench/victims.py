@@ -1,0 +1,669 @@
+"""Node-level victim search benchmark: one decision of the pure core (``NodePlanner``) for
+a pending pod or gang on a GPU cluster that is nearly full.
+
+Clusters of 1,000 and 5,000 nodes (8 GPUs, 96 CPUs each). Running workloads are lone
+pods and gangs (one PodGroup each, preempted whole) of 2 to 64 pods at 8 priority levels
+(0, 100, ..., 700), packed until 95% of the GPUs are in use; every pod asks 12 CPUs per
+GPU, and every node with free GPUs also runs a CPU-only filler pod at priority 0 that
+takes the CPUs those GPUs would need, so nothing fits without preemption. Preemptors,
+at priority 1000, all decided on the same snapshot (nothing is committed):
+
+- ``single``: one pod with 1 GPU (kube-scheduler's DefaultPreemption);
+- ``gang8``: a gang of 8 pods x 8 GPUs (KEP-5710's gang search);
+- ``gang64``: a gang of 64 pods x 8 GPUs.
+
+Measures per cluster size: building the planner's index; per preemptor kind, one
+decision (``resolve`` + ``decide``) as decisions/s, median and p99, the outcomes and mean
+victims; peak memory (traced separately: tracing slows Python, so no timing runs under
+it); and a profile of one decision per kind at the largest size.
+
+Quality: on small random instances (6-8 nodes, 10-14 running units, a lone preemptor
+or a gang of 2-3 pods x 8 GPUs) the victims are compared with the exhaustive optimum:
+the cheapest set of candidate units (priority below the preemptor's) whose removal lets
+every preemptor pod be placed, a victim pod costing (priority + 1) x its GPUs.
+
+Prints a table and writes ``bench/results/victims.json``. Nothing here is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import math
+import random
+import resource
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import CodeType
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
+
+from bench.stats import environment, stats_ms, write_result
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import Node, Pod, PodGroup
+from gangpreempt.planning.decisions import PREEMPT, Decision
+from gangpreempt.planning.nodeplan import NodePlanner
+
+GPU = "nvidia.com/gpu"
+NODE_GPUS = 8
+CPU_PER_GPU = 12_000  # millicores (the model's cpu unit): 12 CPUs per GPU
+NODE_CPU = NODE_GPUS * CPU_PER_GPU  # 96 CPUs
+GIB = 2**30
+MEM_PER_GPU = 128 * GIB  # bytes (the model's memory unit)
+NODE_MEMORY = 1536 * GIB
+NODE_PODS = 110
+FILLER_MEMORY = 4 * GIB
+
+PRIORITIES = tuple(range(0, 800, 100))  # 8 levels
+FILLER_PRIORITY = 0
+PREEMPTOR_PRIORITY = 1000
+GANG_SIZES = (1, 2, 4, 8, 16, 32, 64)  # 1 = a lone pod (no PodGroup)
+GANG_WEIGHTS = (40, 15, 12, 12, 9, 7, 5)
+GPU_USED = 0.95
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+NOW = T0 + timedelta(days=1)
+KINDS = ("single", "gang8", "gang64")
+MEMORY_DECISIONS = 5  # decisions per kind run under tracemalloc
+
+
+# -- the large clusters ------------------------------------------------------------------
+
+
+def requests(gpus: int) -> dict[str, int]:
+    return {GPU: gpus, "cpu": gpus * CPU_PER_GPU, "memory": gpus * MEM_PER_GPU}
+
+
+def node(name: str) -> Node:
+    return Node(
+        name=name,
+        allocatable={GPU: NODE_GPUS, "cpu": NODE_CPU, "memory": NODE_MEMORY, "pods": NODE_PODS},
+        labels={"kubernetes.io/hostname": name},
+    )
+
+
+class Packer:
+    """Free GPUs per node; 8-GPU pods take empty nodes, smaller pods go to a random node
+    already in use that has room (so the free GPUs end up fragmented)."""
+
+    def __init__(self, n_nodes: int, rnd: random.Random) -> None:
+        self.rnd = rnd
+        self.free = [NODE_GPUS] * n_nodes
+        self.empty = list(range(n_nodes))
+        rnd.shuffle(self.empty)
+
+    def _partial(self, gpus: int) -> int | None:
+        n = len(self.free)
+        for _ in range(20):
+            i = self.rnd.randrange(n)
+            if gpus <= self.free[i] < NODE_GPUS:
+                return i
+        fitting = [i for i, f in enumerate(self.free) if gpus <= f < NODE_GPUS]
+        return self.rnd.choice(fitting) if fitting else None
+
+    def take(self, gpus: int) -> int | None:
+        i = self._partial(gpus) if gpus < NODE_GPUS else None
+        if i is None:
+            if not self.empty:
+                return None
+            i = self.empty.pop()
+        self.free[i] -= gpus
+        return i
+
+    def give_back(self, i: int, gpus: int) -> None:
+        self.free[i] += gpus
+        if self.free[i] == NODE_GPUS:
+            self.empty.append(i)
+
+
+def build_cluster(
+    n_nodes: int, counts: dict[str, int], seed: int
+) -> tuple[ClusterState, dict[str, list[str]], dict[str, object]]:
+    """The cluster, the preemptor refs per kind, and what the cluster looks like."""
+    rnd = random.Random(seed)
+    st = ClusterState()
+    names = [f"node-{i:05d}" for i in range(n_nodes)]
+    for name in names:
+        st.nodes[name] = node(name)
+    packer = Packer(n_nodes, rnd)
+    total = n_nodes * NODE_GPUS
+    target = int(total * GPU_USED)
+    used = 0
+    gangs = lone = failures = 0
+    sizes: dict[int, int] = {}
+    unit = 0
+    while used < target and failures < 200:
+        size = rnd.choices(GANG_SIZES, GANG_WEIGHTS)[0]
+        if size == 1:
+            gpus = rnd.choice((1, 2, 4, 8))
+        else:
+            gpus = NODE_GPUS if size >= 8 else rnd.choice((4, 8))
+        if used + size * gpus > target:
+            failures += 1
+            continue
+        placed: list[int] = []
+        for _ in range(size):
+            i = packer.take(gpus)
+            if i is None:
+                break
+            placed.append(i)
+        if len(placed) < size:
+            for i in placed:
+                packer.give_back(i, gpus)
+            failures += 1
+            continue
+        failures = 0
+        unit += 1
+        used += size * gpus
+        sizes[size] = sizes.get(size, 0) + 1
+        ns = f"team-{rnd.randrange(10)}"
+        prio = rnd.choice(PRIORITIES)
+        start = T0 + timedelta(minutes=rnd.randrange(24 * 60))
+        group = ""
+        if size > 1:
+            gangs += 1
+            g = f"job-{unit}"
+            group = f"{ns}/{g}"
+            st.pod_groups[group] = PodGroup(namespace=ns, name=g, min_count=size)
+        else:
+            lone += 1
+        for k, i in enumerate(placed):
+            name = f"job-{unit}-{k}"
+            st.pods[f"{ns}/{name}"] = Pod(
+                namespace=ns,
+                name=name,
+                requests=requests(gpus),
+                node_name=names[i],
+                priority=prio,
+                start_time=start,
+                group=group,
+            )
+    fillers = 0
+    for i, free in enumerate(packer.free):
+        if free == 0:
+            continue
+        fillers += 1
+        name = f"filler-{i}"
+        st.pods[f"batch/{name}"] = Pod(
+            namespace="batch",
+            name=name,
+            requests={"cpu": free * CPU_PER_GPU, "memory": FILLER_MEMORY},
+            node_name=names[i],
+            priority=FILLER_PRIORITY,
+            start_time=T0 + timedelta(minutes=rnd.randrange(24 * 60)),
+        )
+    refs: dict[str, list[str]] = {kind: [] for kind in KINDS}
+    for k in range(counts["single"]):
+        name = f"single-{k}"
+        st.pods[f"pre/{name}"] = Pod(
+            namespace="pre", name=name, requests=requests(1), priority=PREEMPTOR_PRIORITY
+        )
+        refs["single"].append(f"Pod/pre/{name}")
+    for kind, size in (("gang8", 8), ("gang64", 64)):
+        for k in range(counts[kind]):
+            g = f"{kind}-{k}"
+            st.pod_groups[f"pre/{g}"] = PodGroup(namespace="pre", name=g, min_count=size)
+            for j in range(size):
+                name = f"{g}-{j}"
+                st.pods[f"pre/{name}"] = Pod(
+                    namespace="pre",
+                    name=name,
+                    requests=requests(NODE_GPUS),
+                    priority=PREEMPTOR_PRIORITY,
+                    group=f"pre/{g}",
+                )
+            refs[kind].append(f"PodGroup/pre/{g}")
+    shape: dict[str, object] = {
+        "nodes": n_nodes,
+        "gpus": total,
+        "gpu_used_fraction": used / total,
+        "running_pods": sum(1 for p in st.pods.values() if p.node_name) - fillers,
+        "running_gangs": gangs,
+        "running_lone_pods": lone,
+        "running_units_by_size": {str(s): sizes[s] for s in sorted(sizes)},
+        "filler_pods": fillers,
+        "nodes_with_free_gpus": fillers,
+        "fully_free_nodes": sum(1 for f in packer.free if f == NODE_GPUS),
+    }
+    return st, refs, shape
+
+
+def decide(planner: NodePlanner, ref: str) -> Decision:
+    return planner.decide(planner.resolve(ref))
+
+
+def where(code: CodeType | str) -> str:
+    if isinstance(code, str):
+        return code
+    return f"{Path(code.co_filename).name}:{code.co_firstlineno}({code.co_name})"
+
+
+def profile(planner: NodePlanner, ref: str, top: int) -> list[dict[str, object]]:
+    """The ``top`` functions of one decision by cumulative time."""
+    prof = cProfile.Profile()
+    prof.runcall(decide, planner, ref)
+    entries = sorted(prof.getstats(), key=lambda e: -e.totaltime)
+    return [
+        {"function": where(e.code), "calls": e.callcount, "cumulative_ms": e.totaltime * 1e3}
+        for e in entries
+        if where(e.code) != "<method 'disable' of '_lsprof.Profiler' objects>"
+    ][:top]
+
+
+def run_size(
+    n_nodes: int, counts: dict[str, int], seed: int, profile_top: int
+) -> dict[str, object]:
+    t = time.perf_counter()
+    st, refs, shape = build_cluster(n_nodes, counts, seed)
+    state_s = time.perf_counter() - t
+
+    t = time.perf_counter()
+    planner = NodePlanner(st, NOW)
+    index_s = time.perf_counter() - t
+
+    kinds: dict[str, dict[str, object]] = {}
+    for kind in KINDS:
+        times: list[float] = []
+        outcomes: dict[str, int] = {}
+        units: list[int] = []
+        pods: list[int] = []
+        for ref in refs[kind]:
+            t = time.perf_counter()
+            d = decide(planner, ref)
+            times.append(time.perf_counter() - t)
+            outcomes[d.outcome] = outcomes.get(d.outcome, 0) + 1
+            units.append(len(d.victims))
+            pods.append(sum(len(v.pods) for v in d.victims))
+        kinds[kind] = {
+            "n": len(times),
+            "decisions_per_s": len(times) / sum(times) if times else float("nan"),
+            "decision": stats_ms(times),
+            "outcomes": outcomes,
+            "mean_victim_units": statistics.fmean(units) if units else float("nan"),
+            "mean_victim_pods": statistics.fmean(pods) if pods else float("nan"),
+        }
+
+    profiles: dict[str, list[dict[str, object]]] = {}
+    if profile_top > 0:
+        for kind in KINDS:
+            if refs[kind]:
+                profiles[kind] = profile(planner, refs[kind][0], profile_top)
+
+    # Memory in its own phase: the index, then per kind the peak while deciding (a few
+    # decisions: nothing is kept between them). The state itself is not traced.
+    del planner
+    tracemalloc.start()
+    traced = NodePlanner(st, NOW)
+    index_current, index_peak = tracemalloc.get_traced_memory()
+    for kind in KINDS:
+        tracemalloc.reset_peak()
+        for ref in refs[kind][:MEMORY_DECISIONS]:
+            decide(traced, ref)
+        _current, peak = tracemalloc.get_traced_memory()
+        kinds[kind]["peak_traced_mib"] = peak / 2**20
+        kinds[kind]["decision_extra_traced_mib"] = (peak - index_current) / 2**20
+    tracemalloc.stop()
+    del traced
+
+    return {
+        "shape": shape,
+        "state_build_s": state_s,
+        "index_build_s": index_s,
+        "index_traced_mib": index_current / 2**20,
+        "index_peak_traced_mib": index_peak / 2**20,
+        "kinds": kinds,
+        "profile_one_decision": profiles,
+    }
+
+
+# -- quality against the exhaustive optimum ---------------------------------------------
+
+Vec = tuple[int, int, int, int]  # GPUs, cpu (milli), memory (bytes), pod slots
+
+
+def vec(pod: Pod) -> Vec:
+    r = pod.requests
+    return (r.get(GPU, 0), r.get("cpu", 0), r.get("memory", 0), 1)
+
+
+def cost(pod: Pod) -> int:
+    return ((pod.priority or 0) + 1) * pod.requests.get(GPU, 0)
+
+
+def assignable(demands: Sequence[Vec], free: list[list[int]]) -> bool:
+    """Whether every demand can be given a node (exact: backtracking over assignments;
+    equal demands take nodes in non-decreasing order)."""
+
+    def go(k: int, start: int) -> bool:
+        if k == len(demands):
+            return True
+        d = demands[k]
+        for i in range(start, len(free)):
+            row = free[i]
+            if all(row[r] >= d[r] for r in range(4)):
+                for r in range(4):
+                    row[r] -= d[r]
+                nxt = i if k + 1 < len(demands) and demands[k + 1] == d else 0
+                ok = go(k + 1, nxt)
+                for r in range(4):
+                    row[r] += d[r]
+                if ok:
+                    return True
+        return False
+
+    return go(0, 0)
+
+
+class Instance:
+    """A small cluster, its preemptor, and the candidate units with their pods."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        ref: str,
+        kind: str,
+        priority: int,
+        demands: list[Vec],
+        units: dict[str, list[Pod]],
+    ) -> None:
+        self.state = state
+        self.ref = ref
+        self.kind = kind
+        self.priority = priority
+        self.demands = sorted(demands, reverse=True)
+        self.units = units  # unit key -> pods, every running unit
+        self.node_index = {name: i for i, name in enumerate(sorted(state.nodes))}
+        self.base: list[list[int]] = []
+        for name in sorted(state.nodes):
+            a = state.nodes[name].allocatable
+            self.base.append([a[GPU], a["cpu"], a["memory"], a["pods"]])
+        for pod in state.pods.values():
+            if pod.node_name:
+                row = self.base[self.node_index[pod.node_name]]
+                for r, v in enumerate(vec(pod)):
+                    row[r] -= v
+
+    def feasible_without(self, pods: Sequence[Pod]) -> bool:
+        free = [list(row) for row in self.base]
+        for pod in pods:
+            row = free[self.node_index[pod.node_name]]
+            for r, v in enumerate(vec(pod)):
+                row[r] += v
+        return assignable(self.demands, free)
+
+    def optimum(self) -> int | None:
+        """The least cost of a set of candidate units whose removal lets every preemptor
+        pod be placed; None when there is none."""
+        cands = [p for p in self.units.values() if (p[0].priority or 0) < self.priority]
+        m = len(cands)
+        unit_cost = [sum(cost(p) for p in pods) for pods in cands]
+        unit_gpus = [sum(p.requests.get(GPU, 0) for p in pods) for pods in cands]
+        costs = [0] * (1 << m)
+        gpus = [0] * (1 << m)
+        for mask in range(1, 1 << m):
+            low = (mask & -mask).bit_length() - 1
+            costs[mask] = costs[mask & (mask - 1)] + unit_cost[low]
+            gpus[mask] = gpus[mask & (mask - 1)] + unit_gpus[low]
+        need = sum(d[0] for d in self.demands) - sum(row[0] for row in self.base)
+        for mask in sorted(range(1 << m), key=costs.__getitem__):
+            if gpus[mask] < need:
+                continue
+            removed = [p for j in range(m) if mask >> j & 1 for p in cands[j]]
+            if self.feasible_without(removed):
+                return costs[mask]
+        return None
+
+
+def quality_instance(rnd: random.Random, seq: int) -> Instance:
+    st = ClusterState()
+    n_nodes = rnd.randint(6, 8)
+    names = [f"n{i}" for i in range(n_nodes)]
+    for name in names:
+        st.nodes[name] = node(name)
+    free = dict.fromkeys(names, NODE_GPUS)
+    want = rnd.randint(10, 14)
+    units: dict[str, list[Pod]] = {}
+    for u in range(60):
+        if len(units) == want:
+            break
+        size = rnd.choices((1, 2, 3), (6, 3, 2))[0]
+        gpus = rnd.choice((1, 2, 4, 8)) if size == 1 else rnd.choice((2, 4, 8))
+        order = list(names)
+        rnd.shuffle(order)
+        placed: list[str] = []
+        for _ in range(size):
+            at = next((n for n in order if free[n] >= gpus), None)
+            if at is None:
+                break
+            free[at] -= gpus
+            placed.append(at)
+        if len(placed) < size:
+            for at in placed:
+                free[at] += gpus
+            continue
+        prio = rnd.choice(PRIORITIES)
+        start = T0 + timedelta(minutes=rnd.randrange(24 * 60))
+        group = f"default/g{u}" if size > 1 else ""
+        if group:
+            st.pod_groups[group] = PodGroup(namespace="default", name=f"g{u}", min_count=size)
+        pods = []
+        for k, at in enumerate(placed):
+            pod = Pod(
+                namespace="default",
+                name=f"u{u}-{k}",
+                requests=requests(gpus),
+                node_name=at,
+                priority=prio,
+                start_time=start,
+                group=group,
+            )
+            st.pods[pod.key] = pod
+            pods.append(pod)
+        units[group or pods[0].key] = pods
+    priority = rnd.choice((400, 700, PREEMPTOR_PRIORITY))
+    if rnd.random() < 0.5:
+        kind = "single"
+        pod = Pod(
+            namespace="pre",
+            name=f"p{seq}",
+            requests=requests(rnd.choice((1, 2, 4, 8))),
+            priority=priority,
+        )
+        st.pods[pod.key] = pod
+        return Instance(st, pod.ref, kind, priority, [vec(pod)], units)
+    kind = "gang"
+    size = rnd.randint(2, 3)
+    st.pod_groups[f"pre/g{seq}"] = PodGroup(namespace="pre", name=f"g{seq}", min_count=size)
+    demands = []
+    for j in range(size):
+        pod = Pod(
+            namespace="pre",
+            name=f"g{seq}-{j}",
+            requests=requests(NODE_GPUS),
+            priority=priority,
+            group=f"pre/g{seq}",
+        )
+        st.pods[pod.key] = pod
+        demands.append(vec(pod))
+    return Instance(st, f"PodGroup/pre/g{seq}", kind, priority, demands, units)
+
+
+def ratio_stats(ratios: list[float]) -> dict[str, object]:
+    return {
+        "instances": len(ratios),
+        "optimal": sum(1 for r in ratios if r <= 1.0 + 1e-12),
+        "ratio_p50": statistics.median(ratios) if ratios else float("nan"),
+        "ratio_max": max(ratios) if ratios else float("nan"),
+        "ratio_mean": statistics.fmean(ratios) if ratios else float("nan"),
+    }
+
+
+def run_quality(n: int, seed: int) -> dict[str, object]:
+    """``n`` instances that need preemption and admit a solution; the ones where the
+    preemptor fits as it is are regenerated, the ones with no solution are counted (and
+    the decision checked to be no Preempt)."""
+    rnd = random.Random(seed)
+    ratios: dict[str, list[float]] = {"single": [], "gang": []}
+    fit_as_is = infeasible = infeasible_agree = missed = invalid = 0
+    worst: dict[str, object] = {}
+    seq = 0
+    t = time.perf_counter()
+    while sum(len(r) for r in ratios.values()) < n:
+        seq += 1
+        inst = quality_instance(rnd, seq)
+        if inst.feasible_without(()):
+            fit_as_is += 1
+            continue
+        opt = inst.optimum()
+        d = decide(NodePlanner(inst.state, NOW), inst.ref)
+        if opt is None:
+            infeasible += 1
+            infeasible_agree += d.outcome != PREEMPT
+            continue
+        if d.outcome != PREEMPT:
+            missed += 1
+            continue
+        victims = [inst.state.pods[r.removeprefix("Pod/")] for v in d.victims for r in v.pods]
+        if not inst.feasible_without(victims):
+            invalid += 1
+        ours = sum(cost(p) for p in victims)
+        ratio = ours / opt if opt else (1.0 if ours == 0 else math.inf)
+        ratios[inst.kind].append(ratio)
+        if not worst or ratio > float(str(worst["ratio"])):
+            worst = {
+                "ratio": ratio,
+                "kind": inst.kind,
+                "ours": ours,
+                "optimum": opt,
+                "victims": sorted(r for v in d.victims for r in v.pods),
+            }
+    everything = ratios["single"] + ratios["gang"]
+    return {
+        **ratio_stats(everything),
+        "by_kind": {kind: ratio_stats(r) for kind, r in ratios.items()},
+        "cost": "sum over victim pods of (priority + 1) x GPUs",
+        "regenerated_fit_as_is": fit_as_is,
+        "infeasible": infeasible,
+        "infeasible_decided_not_preempt": infeasible_agree,
+        "missed": missed,
+        "invalid": invalid,
+        "worst": worst,
+        "seconds": time.perf_counter() - t,
+    }
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def run(
+    sizes: list[int], counts: dict[str, int], quality: int, seed: int, profile_top: int
+) -> dict[str, object]:
+    results = [run_size(n, counts, seed, profile_top if n == max(sizes) else 0) for n in sizes]
+    return {
+        "shape": {
+            "gpus_per_node": NODE_GPUS,
+            "cpus_per_node": NODE_CPU // 1000,
+            "cpus_per_gpu": CPU_PER_GPU // 1000,
+            "gpu_used_target": GPU_USED,
+            "priorities": list(PRIORITIES),
+            "filler_priority": FILLER_PRIORITY,
+            "preemptor_priority": PREEMPTOR_PRIORITY,
+            "gang_sizes": list(GANG_SIZES),
+            "preemptors": {
+                "single": "1 pod x 1 GPU",
+                "gang8": "8 pods x 8 GPUs",
+                "gang64": "64 pods x 8 GPUs",
+            },
+            "counts": counts,
+            "seed": seed,
+        },
+        "sizes": results,
+        "quality": run_quality(quality, seed) if quality > 0 else {},
+        "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        **environment(),
+    }
+
+
+def report(result: dict[str, Any]) -> None:
+    sizes = result["sizes"]
+    print("victims benchmark: node-level victim search on one snapshot (resolve + decide)")
+    for size in sizes:
+        shape = size["shape"]
+        print(
+            f"\n{shape['nodes']} nodes: {shape['gpu_used_fraction']:.1%} of "
+            f"{shape['gpus']} GPUs used by {shape['running_pods']} pods "
+            f"({shape['running_gangs']} gangs, {shape['running_lone_pods']} lone pods), "
+            f"{shape['filler_pods']} CPU fillers ({shape['fully_free_nodes']} on empty nodes)"
+        )
+        print(
+            f"index build: {size['index_build_s'] * 1e3:.0f} ms, "
+            f"{size['index_traced_mib']:.1f} MiB traced "
+            f"(cluster state built in {size['state_build_s']:.2f} s)"
+        )
+        print(
+            f"{'kind':<8}{'n':>5}{'dec/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}"
+            f"{'units':>8}{'pods':>8}{'peak MiB':>10}  outcomes"
+        )
+        for kind, k in size["kinds"].items():
+            s = k["decision"]
+            print(
+                f"{kind:<8}{k['n']:>5}{k['decisions_per_s']:>10.1f}{s['p50_ms']:>10.2f}"
+                f"{s['p99_ms']:>10.2f}{s['max_ms']:>10.2f}{k['mean_victim_units']:>8.1f}"
+                f"{k['mean_victim_pods']:>8.1f}{k['peak_traced_mib']:>10.1f}  {k['outcomes']}"
+            )
+        for kind, top in size["profile_one_decision"].items():
+            print(f"profile of one {kind} decision, top {len(top)} by cumulative time:")
+            for f in top:
+                print(f"  {f['cumulative_ms']:>9.2f} ms {f['calls']:>8}  {f['function']}")
+    q = result["quality"]
+    if q:
+        print(
+            f"\nquality vs exhaustive optimum ({q['cost']}), {q['instances']} instances: "
+            f"optimal {q['optimal']}, ratio median {q['ratio_p50']:.3f}, "
+            f"max {q['ratio_max']:.3f}, mean {q['ratio_mean']:.3f}"
+        )
+        for kind, k in q["by_kind"].items():
+            print(
+                f"  {kind:<7}{k['instances']:>5} instances: optimal {k['optimal']}, "
+                f"median {k['ratio_p50']:.3f}, max {k['ratio_max']:.3f}"
+            )
+        print(
+            f"  regenerated (fit as is): {q['regenerated_fit_as_is']}; without any "
+            f"solution: {q['infeasible']} ({q['infeasible_decided_not_preempt']} decided "
+            f"without preemption); missed: {q['missed']}; invalid victims: {q['invalid']}"
+        )
+    print(f"max RSS: {result['max_rss_mib']:.0f} MiB")
+
+
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def main(argv: list[str] | None = None) -> dict[str, object]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--nodes", type=ints, default=[1000, 5000], help="cluster sizes, e.g. 1000,5000"
+    )
+    ap.add_argument("--singles", type=int, default=200, help="single-pod decisions per size")
+    ap.add_argument("--gangs8", type=int, default=20, help="gang-of-8 decisions per size")
+    ap.add_argument("--gangs64", type=int, default=5, help="gang-of-64 decisions per size")
+    ap.add_argument("--quality", type=int, default=200, help="instances against the optimum")
+    ap.add_argument("--profile-top", type=int, default=5, help="functions to list (0: none)")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "victims.json"))
+    args = ap.parse_args(argv)
+    counts = {"single": args.singles, "gang8": args.gangs8, "gang64": args.gangs64}
+    result = run(args.nodes, counts, args.quality, args.seed, args.profile_top)
+    report(result)
+    write_result(args.out, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

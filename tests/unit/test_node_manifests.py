@@ -1,0 +1,290 @@
+"""Reading the node-level objects: Node, Pod (effective requests, priority, toleration
+times, gang membership in every spelling), PDB, PriorityClass tolerations, gangs,
+ElasticQuota; and the errors bad ones get."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from gangpreempt.errors import InvalidInput, ManifestError
+from gangpreempt.manifests import load
+from gangpreempt.placement.cluster import NodeCluster
+
+pytestmark = pytest.mark.unit
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+NODE = """
+apiVersion: v1
+kind: Node
+metadata: {name: gpu-1, labels: {zone: a}}
+spec:
+  unschedulable: true
+  taints: [{key: gpu, value: "true", effect: NoSchedule}]
+status:
+  allocatable: {cpu: "96", memory: 512Gi, nvidia.com/gpu: "8", pods: "110"}
+"""
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: w-0
+  namespace: ml
+  labels: {scheduling.x-k8s.io/pod-group: train}
+  deletionTimestamp: "2026-01-01T00:10:00Z"
+spec:
+  nodeName: gpu-1
+  priorityClassName: low
+  preemptionPolicy: Never
+  nodeSelector: {zone: a}
+  tolerations: [{key: gpu, operator: Exists}]
+  overhead: {cpu: 100m}
+  initContainers:
+  - {name: init, resources: {requests: {cpu: "4"}}}
+  - {name: sidecar, restartPolicy: Always, resources: {requests: {cpu: 500m}}}
+  containers:
+  - {name: a, resources: {requests: {cpu: "1", nvidia.com/gpu: "4"}}}
+  - {name: b, resources: {limits: {cpu: "2", memory: 1Gi}}}
+status:
+  phase: Running
+  startTime: "2026-01-01T00:00:00Z"
+  conditions:
+  - {type: PodScheduled, status: "True", lastTransitionTime: "2026-01-01T00:00:01Z"}
+"""
+
+
+def test_node_and_pod_fields(tmp_path: Path) -> None:
+    state = load([write(tmp_path, NODE + "---" + POD)]).state
+    node = state.nodes["gpu-1"]
+    assert node.allocatable["nvidia.com/gpu"] == 8
+    assert node.unschedulable
+    assert [str(t) for t in node.taints] == ["gpu=true:NoSchedule"]
+    pod = state.pods["ml/w-0"]
+    # max(init 4 (no sidecar started before it), containers 1 + 2 + sidecar 0.5) = 4 CPU,
+    # plus 0.1 overhead; limits stand in for the missing requests of container b.
+    assert pod.requests["cpu"] == 4100
+    assert pod.requests["nvidia.com/gpu"] == 4
+    assert pod.node_name == "gpu-1"
+    assert pod.terminating
+    assert pod.preemption_policy == "Never"
+    assert pod.group == "ml/train"
+    assert pod.scheduled_at == datetime.fromisoformat("2026-01-01T00:00:01+00:00")
+    assert pod.scheduling.node_selector == {"zone": "a"}
+    # a label without a PodGroup object: an implicit all-or-nothing gang of its pods
+    group = state.pod_groups["ml/train"]
+    assert group.min_count == 1
+    assert group.preemption_mode == "PodGroup"
+
+
+def test_priority_class_toleration_annotations(tmp_path: Path) -> None:
+    text = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata:
+  name: low-10min
+  annotations:
+    preemption-toleration.scheduling.x-k8s.io/minimum-preemptable-priority: "10000"
+    preemption-toleration.scheduling.x-k8s.io/toleration-seconds: "600"
+value: 8000
+"""
+    pc = load([write(tmp_path, text)]).state.priority_classes["low-10min"]
+    assert pc.minimum_preemptable_priority == 10000
+    assert pc.toleration_seconds == 600
+
+
+def test_bad_toleration_annotation_names_the_annotation(tmp_path: Path) -> None:
+    text = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata:
+  name: low
+  annotations:
+    preemption-toleration.scheduling.x-k8s.io/toleration-seconds: "ten"
+value: 8000
+"""
+    with pytest.raises(ManifestError) as err:
+        load([write(tmp_path, text)])
+    message = str(err.value)
+    assert "PriorityClass low" in message
+    assert "toleration-seconds" in message
+    assert "line" in message
+
+
+GANG_SHAPES = """
+apiVersion: scheduling.k8s.io/v1alpha1
+kind: Workload
+metadata: {name: old, namespace: ml}
+spec:
+  priorityClassName: high
+  podGroups:
+  - {name: workers, policy: {gang: {minCount: 2}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: old-0, namespace: ml}
+spec:
+  workloadRef: {name: old, podGroup: workers, podGroupReplicaKey: "1"}
+  containers: [{name: c}]
+---
+apiVersion: scheduling.k8s.io/v1alpha2
+kind: Workload
+metadata: {name: new, namespace: ml}
+spec:
+  podGroupTemplates:
+  - {name: replica, schedulingPolicy: {gang: {minCount: 3}}, disruptionMode: PodGroup,
+     priorityClassName: high}
+---
+apiVersion: scheduling.k8s.io/v1alpha2
+kind: PodGroup
+metadata: {name: new-0, namespace: ml}
+spec:
+  podGroupTemplateRef: {workload: {workloadName: new, podGroupTemplateName: replica}}
+  schedulingPolicy: {gang: {minCount: 3}}
+---
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata: {name: union, namespace: ml}
+spec:
+  schedulingPolicy: {gang: {minCount: 4}}
+  disruptionMode: {all: {}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: new-0-a, namespace: ml}
+spec:
+  schedulingGroup: {podGroupName: new-0}
+  containers: [{name: c}]
+---
+apiVersion: scheduling.sigs.k8s.io/v1alpha1
+kind: PodGroup
+metadata: {name: legacy, namespace: ml}
+spec: {minMember: 5}
+"""
+
+
+def test_gang_shapes(tmp_path: Path) -> None:
+    state = load([write(tmp_path, GANG_SHAPES)]).state
+    replica = state.pod_groups["ml/old-workers-1"]
+    assert replica.min_count == 2
+    assert replica.priority_class_name == "high"
+    assert replica.preemption_mode == "Pod"  # KEP-5710's default
+    assert state.pods["ml/old-0"].group == "ml/old-workers-1"
+    assert state.gang_workloads["ml/old"] == ("ml/old-workers-1",)
+    new = state.pod_groups["ml/new-0"]
+    assert new.min_count == 3
+    assert new.priority_class_name == "high"  # from its template
+    assert state.pods["ml/new-0-a"].group == "ml/new-0"
+    assert state.gang_workloads["ml/new"] == ("ml/new-0",)
+    assert state.pod_groups["ml/union"].preemption_mode == "PodGroup"
+    assert state.pod_groups["ml/legacy"].min_count == 5
+
+
+def test_pdb_and_elastic_quota(tmp_path: Path) -> None:
+    text = """
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: db, namespace: ml}
+spec:
+  selector:
+    matchLabels: {app: db}
+    matchExpressions: [{key: tier, operator: NotIn, values: [cache]}]
+status: {disruptionsAllowed: 1, disruptedPods: {db-0: "2026-01-01T00:00:00Z"}}
+---
+apiVersion: scheduling.sigs.k8s.io/v1alpha1
+kind: ElasticQuota
+metadata: {name: team-a, namespace: ml}
+spec: {min: {nvidia.com/gpu: 8}, max: {nvidia.com/gpu: "16"}}
+"""
+    state = load([write(tmp_path, text)]).state
+    pdb = state.pdbs["ml/db"]
+    assert pdb.disruptions_allowed == 1
+    assert pdb.disrupted_pods == frozenset({"db-0"})
+    assert pdb.selector.matches({"app": "db"})
+    assert not pdb.selector.matches({"app": "db", "tier": "cache"})
+    eq = state.elastic_quotas["ml/team-a"]
+    assert (eq.min["nvidia.com/gpu"], eq.max["nvidia.com/gpu"]) == (8, 16)
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: {allocatable: {cpu: lots}}\n",
+            "status.allocatable.cpu",
+        ),
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {priority: high}\n",
+            "spec.priority",
+        ),
+        (
+            "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\nmetadata: {name: g}\n"
+            "spec: {minMember: 0}\n",
+            "spec.minMember",
+        ),
+        (
+            "apiVersion: scheduling.k8s.io/v1alpha2\nkind: PodGroup\nmetadata: {name: g}\n"
+            "spec: {disruptionMode: Sometimes}\n",
+            "spec.disruptionMode",
+        ),
+        (
+            "apiVersion: scheduling.sigs.k8s.io/v1alpha1\nkind: ElasticQuota\nmetadata: {name: q}\n"
+            "spec: {min: {cpu: 4}, max: {cpu: 2}}\n",
+            "spec.min",
+        ),
+        (
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: b}\n"
+            "spec: {selector: {matchExpressions: [{key: a, operator: Near}]}}\n",
+            "operator",
+        ),
+    ],
+)
+def test_bad_node_objects_name_the_field(tmp_path: Path, text: str, field: str) -> None:
+    with pytest.raises(ManifestError) as err:
+        load([write(tmp_path, text)])
+    assert field in str(err.value)
+
+
+def test_preemption_priority_below_scheduling_priority_is_refused(tmp_path: Path) -> None:
+    text = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: low}
+value: 10
+---
+apiVersion: scheduling.k8s.io/v1alpha2
+kind: PodGroup
+metadata: {name: g, namespace: ml}
+spec:
+  schedulingPolicy: {gang: {minCount: 1}}
+  priorityClassName: high
+  preemptionPriorityClassName: low
+"""
+    state = load([write(tmp_path, text)]).state
+    with pytest.raises(InvalidInput) as err:
+        NodeCluster(state)
+    message = str(err.value)
+    assert "PodGroup ml/g" in message
+    assert "preemptionPriorityClassName" in message
+    assert "below the scheduling priority" in message
+
+
+def test_unknown_priority_class_names_the_pod(tmp_path: Path) -> None:
+    text = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ml}\n"
+    text += "spec: {priorityClassName: nope, containers: [{name: c}]}\n"
+    state = load([write(tmp_path, text)]).state
+    with pytest.raises(InvalidInput, match=r"Pod ml/p: spec.priorityClassName"):
+        NodeCluster(state)
