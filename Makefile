@@ -33,6 +33,7 @@ demo: $(STAMP) ## run the four services on the bundled scenario until settled
 bench: $(STAMP) ## run the benchmarks; figures printed, JSON in bench/results/
 	$(BIN)/python bench/quota.py
 	$(BIN)/python bench/pipeline.py
+	$(BIN)/python bench/victims.py
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

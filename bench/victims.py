@@ -66,6 +66,8 @@ PREEMPTOR_PRIORITY = 1000
 GANG_SIZES = (1, 2, 4, 8, 16, 32, 64)  # 1 = a lone pod (no PodGroup)
 GANG_WEIGHTS = (40, 15, 12, 12, 9, 7, 5)
 GPU_USED = 0.95
+WHOLE_FREE_PER_MILLE = 5  # nodes left with all 8 GPUs free (CPUs taken by a filler)
+MAX_FREE_ON_A_NODE = 4  # the rest of the free GPUs: 1-4 on a node
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NOW = T0 + timedelta(days=1)
@@ -80,6 +82,11 @@ def requests(gpus: int) -> dict[str, int]:
     return {GPU: gpus, "cpu": gpus * CPU_PER_GPU, "memory": gpus * MEM_PER_GPU}
 
 
+def cost(pod: Pod) -> int:
+    """What evicting a pod costs in the quality measure: (priority + 1) x its GPUs."""
+    return ((pod.priority or 0) + 1) * pod.requests.get(GPU, 0)
+
+
 def node(name: str) -> Node:
     return Node(
         name=name,
@@ -89,14 +96,31 @@ def node(name: str) -> Node:
 
 
 class Packer:
-    """Free GPUs per node; 8-GPU pods take empty nodes, smaller pods go to a random node
-    already in use that has room (so the free GPUs end up fragmented)."""
+    """What workloads may use of each node and what of that is still free. About 5% of
+    the GPUs are left free: a few nodes entirely, the rest as 1-4 GPUs on many nodes.
+    8-GPU pods take untouched whole nodes; smaller pods a random node that has room and
+    is already in use or partly reserved, else a whole node."""
 
     def __init__(self, n_nodes: int, rnd: random.Random) -> None:
         self.rnd = rnd
-        self.free = [NODE_GPUS] * n_nodes
-        self.empty = list(range(n_nodes))
-        rnd.shuffle(self.empty)
+        cap = [NODE_GPUS] * n_nodes
+        order = list(range(n_nodes))
+        rnd.shuffle(order)
+        left = round(n_nodes * NODE_GPUS * (1 - GPU_USED))
+        k = 0
+        for _ in range(max(1, n_nodes * WHOLE_FREE_PER_MILLE // 1000)):
+            if left >= NODE_GPUS:
+                cap[order[k]] = 0
+                left -= NODE_GPUS
+                k += 1
+        while left > 0 and k < n_nodes:
+            f = min(left, rnd.randint(1, MAX_FREE_ON_A_NODE))
+            cap[order[k]] -= f
+            left -= f
+            k += 1
+        self.cap = cap
+        self.free = list(cap)
+        self.empty = [i for i in order if cap[i] == NODE_GPUS]
 
     def _partial(self, gpus: int) -> int | None:
         n = len(self.free)
@@ -132,21 +156,39 @@ def build_cluster(
     for name in names:
         st.nodes[name] = node(name)
     packer = Packer(n_nodes, rnd)
-    total = n_nodes * NODE_GPUS
-    target = int(total * GPU_USED)
-    used = 0
-    gangs = lone = failures = 0
     sizes: dict[int, int] = {}
-    unit = 0
-    while used < target and failures < 200:
+
+    def add_unit(gpus: int, placed: list[int]) -> None:
+        unit = sum(sizes.values())
+        size = len(placed)
+        sizes[size] = sizes.get(size, 0) + 1
+        ns = f"team-{rnd.randrange(10)}"
+        prio = rnd.choice(PRIORITIES)
+        start = T0 + timedelta(minutes=rnd.randrange(24 * 60))
+        group = ""
+        if size > 1:
+            g = f"job-{unit}"
+            group = f"{ns}/{g}"
+            st.pod_groups[group] = PodGroup(namespace=ns, name=g, min_count=size)
+        for k, i in enumerate(placed):
+            name = f"job-{unit}-{k}"
+            st.pods[f"{ns}/{name}"] = Pod(
+                namespace=ns,
+                name=name,
+                requests=requests(gpus),
+                node_name=names[i],
+                priority=prio,
+                start_time=start,
+                group=group,
+            )
+
+    failures = 0
+    while failures < 200:
         size = rnd.choices(GANG_SIZES, GANG_WEIGHTS)[0]
         if size == 1:
             gpus = rnd.choice((1, 2, 4, 8))
         else:
             gpus = NODE_GPUS if size >= 8 else rnd.choice((4, 8))
-        if used + size * gpus > target:
-            failures += 1
-            continue
         placed: list[int] = []
         for _ in range(size):
             i = packer.take(gpus)
@@ -159,31 +201,17 @@ def build_cluster(
             failures += 1
             continue
         failures = 0
-        unit += 1
-        used += size * gpus
-        sizes[size] = sizes.get(size, 0) + 1
-        ns = f"team-{rnd.randrange(10)}"
-        prio = rnd.choice(PRIORITIES)
-        start = T0 + timedelta(minutes=rnd.randrange(24 * 60))
-        group = ""
-        if size > 1:
-            gangs += 1
-            g = f"job-{unit}"
-            group = f"{ns}/{g}"
-            st.pod_groups[group] = PodGroup(namespace=ns, name=g, min_count=size)
-        else:
-            lone += 1
-        for k, i in enumerate(placed):
-            name = f"job-{unit}-{k}"
-            st.pods[f"{ns}/{name}"] = Pod(
-                namespace=ns,
-                name=name,
-                requests=requests(gpus),
-                node_name=names[i],
-                priority=prio,
-                start_time=start,
-                group=group,
-            )
+        add_unit(gpus, placed)
+    # What random units left unused of the capacity: lone pods, largest first.
+    for i, free in enumerate(packer.free):
+        while free > 0:
+            gpus = max(g for g in (1, 2, 4, 8) if g <= free)
+            free -= gpus
+            add_unit(gpus, [i])
+        packer.free[i] = 0
+    packer.free = [NODE_GPUS - c for c in packer.cap]
+    total = n_nodes * NODE_GPUS
+    used = sum(packer.cap)
     fillers = 0
     for i, free in enumerate(packer.free):
         if free == 0:
@@ -224,8 +252,8 @@ def build_cluster(
         "gpus": total,
         "gpu_used_fraction": used / total,
         "running_pods": sum(1 for p in st.pods.values() if p.node_name) - fillers,
-        "running_gangs": gangs,
-        "running_lone_pods": lone,
+        "running_gangs": sum(n for s, n in sizes.items() if s > 1),
+        "running_lone_pods": sizes.get(1, 0),
         "running_units_by_size": {str(s): sizes[s] for s in sorted(sizes)},
         "filler_pods": fillers,
         "nodes_with_free_gpus": fillers,
@@ -244,16 +272,26 @@ def where(code: CodeType | str) -> str:
     return f"{Path(code.co_filename).name}:{code.co_firstlineno}({code.co_name})"
 
 
-def profile(planner: NodePlanner, ref: str, top: int) -> list[dict[str, object]]:
-    """The ``top`` functions of one decision by cumulative time."""
+def profile(planner: NodePlanner, ref: str, top: int) -> dict[str, list[dict[str, object]]]:
+    """The ``top`` functions of one ``decide`` by cumulative and by own time."""
+    pre = planner.resolve(ref)
     prof = cProfile.Profile()
-    prof.runcall(decide, planner, ref)
-    entries = sorted(prof.getstats(), key=lambda e: -e.totaltime)
-    return [
-        {"function": where(e.code), "calls": e.callcount, "cumulative_ms": e.totaltime * 1e3}
-        for e in entries
-        if where(e.code) != "<method 'disable' of '_lsprof.Profiler' objects>"
-    ][:top]
+    prof.runcall(planner.decide, pre)
+    entries = [e for e in prof.getstats() if "_lsprof.Profiler" not in where(e.code)]
+
+    def rows(key: str) -> list[dict[str, object]]:
+        ranked = sorted(entries, key=lambda e: -float(getattr(e, key)))[:top]
+        return [
+            {
+                "function": where(e.code),
+                "calls": e.callcount,
+                "cumulative_ms": e.totaltime * 1e3,
+                "own_ms": e.inlinetime * 1e3,
+            }
+            for e in ranked
+        ]
+
+    return {"by_cumulative": rows("totaltime"), "by_own": rows("inlinetime")}
 
 
 def run_size(
@@ -273,13 +311,18 @@ def run_size(
         outcomes: dict[str, int] = {}
         units: list[int] = []
         pods: list[int] = []
+        gpus: list[int] = []
+        costs: list[int] = []
         for ref in refs[kind]:
             t = time.perf_counter()
             d = decide(planner, ref)
             times.append(time.perf_counter() - t)
             outcomes[d.outcome] = outcomes.get(d.outcome, 0) + 1
             units.append(len(d.victims))
-            pods.append(sum(len(v.pods) for v in d.victims))
+            victims = [st.pods[r.removeprefix("Pod/")] for v in d.victims for r in v.pods]
+            pods.append(len(victims))
+            gpus.append(sum(p.requests.get(GPU, 0) for p in victims))
+            costs.append(sum(cost(p) for p in victims))
         kinds[kind] = {
             "n": len(times),
             "decisions_per_s": len(times) / sum(times) if times else float("nan"),
@@ -287,9 +330,11 @@ def run_size(
             "outcomes": outcomes,
             "mean_victim_units": statistics.fmean(units) if units else float("nan"),
             "mean_victim_pods": statistics.fmean(pods) if pods else float("nan"),
+            "mean_victim_gpus": statistics.fmean(gpus) if gpus else float("nan"),
+            "mean_victim_cost": statistics.fmean(costs) if costs else float("nan"),
         }
 
-    profiles: dict[str, list[dict[str, object]]] = {}
+    profiles: dict[str, dict[str, list[dict[str, object]]]] = {}
     if profile_top > 0:
         for kind in KINDS:
             if refs[kind]:
@@ -330,10 +375,6 @@ Vec = tuple[int, int, int, int]  # GPUs, cpu (milli), memory (bytes), pod slots
 def vec(pod: Pod) -> Vec:
     r = pod.requests
     return (r.get(GPU, 0), r.get("cpu", 0), r.get("memory", 0), 1)
-
-
-def cost(pod: Pod) -> int:
-    return ((pod.priority or 0) + 1) * pod.requests.get(GPU, 0)
 
 
 def assignable(demands: Sequence[Vec], free: list[list[int]]) -> bool:
@@ -397,10 +438,11 @@ class Instance:
                 row[r] += v
         return assignable(self.demands, free)
 
-    def optimum(self) -> int | None:
-        """The least cost of a set of candidate units whose removal lets every preemptor
-        pod be placed; None when there is none."""
-        cands = [p for p in self.units.values() if (p[0].priority or 0) < self.priority]
+    def optimum(self, ceiling: int | None = None) -> int | None:
+        """The least cost of a set of candidate units (at most ``ceiling`` when given)
+        whose removal lets every preemptor pod be placed; None when there is none."""
+        top = self.priority - 1 if ceiling is None else min(ceiling, self.priority - 1)
+        cands = [p for p in self.units.values() if (p[0].priority or 0) <= top]
         m = len(cands)
         unit_cost = [sum(cost(p) for p in pods) for pods in cands]
         unit_gpus = [sum(p.requests.get(GPU, 0) for p in pods) for pods in cands]
@@ -417,6 +459,22 @@ class Instance:
             removed = [p for j in range(m) if mask >> j & 1 for p in cands[j]]
             if self.feasible_without(removed):
                 return costs[mask]
+        return None
+
+    def lowest_ceiling(self) -> int | None:
+        """The least highest victim priority of any solution (the first criterion the
+        core ranks by): the lowest level such that every candidate at or below it gone
+        lets the preemptor in."""
+        levels = sorted({p[0].priority or 0 for p in self.units.values()})
+        for level in (lv for lv in levels if lv < self.priority):
+            gone = [
+                pod
+                for pods in self.units.values()
+                if (pods[0].priority or 0) <= level
+                for pod in pods
+            ]
+            if self.feasible_without(gone):
+                return level
         return None
 
 
@@ -510,8 +568,10 @@ def run_quality(n: int, seed: int) -> dict[str, object]:
     the decision checked to be no Preempt)."""
     rnd = random.Random(seed)
     ratios: dict[str, list[float]] = {"single": [], "gang": []}
-    fit_as_is = infeasible = infeasible_agree = missed = invalid = 0
+    at_ceiling: list[float] = []  # against the best with the same highest victim priority
+    fit_as_is = infeasible = infeasible_agree = missed = invalid = same_highest = 0
     worst: dict[str, object] = {}
+    worst_ratio = -1.0
     seq = 0
     t = time.perf_counter()
     while sum(len(r) for r in ratios.values()) < n:
@@ -535,7 +595,13 @@ def run_quality(n: int, seed: int) -> dict[str, object]:
         ours = sum(cost(p) for p in victims)
         ratio = ours / opt if opt else (1.0 if ours == 0 else math.inf)
         ratios[inst.kind].append(ratio)
-        if not worst or ratio > float(str(worst["ratio"])):
+        ceiling = inst.lowest_ceiling()
+        same_highest += max(p.priority or 0 for p in victims) == ceiling
+        best_at_ceiling = inst.optimum(ceiling)
+        if best_at_ceiling is not None:
+            at_ceiling.append(ours / best_at_ceiling if best_at_ceiling else 1.0)
+        if ratio > worst_ratio:
+            worst_ratio = ratio
             worst = {
                 "ratio": ratio,
                 "kind": inst.kind,
@@ -548,6 +614,8 @@ def run_quality(n: int, seed: int) -> dict[str, object]:
         **ratio_stats(everything),
         "by_kind": {kind: ratio_stats(r) for kind, r in ratios.items()},
         "cost": "sum over victim pods of (priority + 1) x GPUs",
+        "same_highest_victim_priority_as_best": same_highest,
+        "vs_best_at_lowest_ceiling": ratio_stats(at_ceiling),
         "regenerated_fit_as_is": fit_as_is,
         "infeasible": infeasible,
         "infeasible_decided_not_preempt": infeasible_agree,
@@ -608,19 +676,25 @@ def report(result: dict[str, Any]) -> None:
         )
         print(
             f"{'kind':<8}{'n':>5}{'dec/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}"
-            f"{'units':>8}{'pods':>8}{'peak MiB':>10}  outcomes"
+            f"{'units':>7}{'pods':>7}{'GPUs':>7}{'cost':>8}{'peak MiB':>10}  outcomes"
         )
         for kind, k in size["kinds"].items():
             s = k["decision"]
             print(
                 f"{kind:<8}{k['n']:>5}{k['decisions_per_s']:>10.1f}{s['p50_ms']:>10.2f}"
-                f"{s['p99_ms']:>10.2f}{s['max_ms']:>10.2f}{k['mean_victim_units']:>8.1f}"
-                f"{k['mean_victim_pods']:>8.1f}{k['peak_traced_mib']:>10.1f}  {k['outcomes']}"
+                f"{s['p99_ms']:>10.2f}{s['max_ms']:>10.2f}{k['mean_victim_units']:>7.1f}"
+                f"{k['mean_victim_pods']:>7.1f}{k['mean_victim_gpus']:>7.1f}"
+                f"{k['mean_victim_cost']:>8.0f}{k['peak_traced_mib']:>10.1f}  {k['outcomes']}"
             )
-        for kind, top in size["profile_one_decision"].items():
-            print(f"profile of one {kind} decision, top {len(top)} by cumulative time:")
-            for f in top:
-                print(f"  {f['cumulative_ms']:>9.2f} ms {f['calls']:>8}  {f['function']}")
+        for kind, prof in size["profile_one_decision"].items():
+            for order, label in (("by_cumulative", "cumulative"), ("by_own", "own")):
+                print(f"profile of one {kind} decide(), top {len(prof[order])} by {label} time:")
+                print(f"  {'cum ms':>9}{'own ms':>9}{'calls':>9}  function")
+                for f in prof[order]:
+                    print(
+                        f"  {f['cumulative_ms']:>9.2f}{f['own_ms']:>9.2f}{f['calls']:>9}"
+                        f"  {f['function']}"
+                    )
     q = result["quality"]
     if q:
         print(
@@ -633,6 +707,16 @@ def report(result: dict[str, Any]) -> None:
                 f"  {kind:<7}{k['instances']:>5} instances: optimal {k['optimal']}, "
                 f"median {k['ratio_p50']:.3f}, max {k['ratio_max']:.3f}"
             )
+        print(
+            f"  highest victim priority as low as any solution's: "
+            f"{q['same_highest_victim_priority_as_best']} of {q['instances']}"
+        )
+        c = q["vs_best_at_lowest_ceiling"]
+        print(
+            f"  against the cheapest solution with that lowest highest priority: optimal "
+            f"{c['optimal']} of {c['instances']}, median {c['ratio_p50']:.3f}, "
+            f"max {c['ratio_max']:.3f}"
+        )
         print(
             f"  regenerated (fit as is): {q['regenerated_fit_as_is']}; without any "
             f"solution: {q['infeasible']} ({q['infeasible_decided_not_preempt']} decided "

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench import quota as bench_quota
+from bench import victims as bench_victims
 
 pytestmark = pytest.mark.unit
 
@@ -33,3 +34,30 @@ def test_quota_bench_runs_and_writes_results(tmp_path: Path) -> None:
     assert result["decision_all"]["n"] == 20
     assert sum(result["decision_outcomes"].values()) == 20
     assert sum(result["admission_pass_outcomes"].values()) == 20
+
+
+def test_victims_bench_runs_and_writes_results(tmp_path: Path) -> None:
+    out = tmp_path / "victims.json"
+    args = ["--nodes", "40", "--singles", "3", "--gangs8", "1", "--gangs64", "0"]
+    bench_victims.main([*args, "--quality", "5", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert [s["shape"]["nodes"] for s in result["sizes"]] == [40]
+    size = result["sizes"][0]
+    assert size["shape"]["gpus"] == 320
+    assert size["shape"]["running_pods"] > 0
+    assert size["index_build_s"] >= 0
+    kinds = size["kinds"]
+    assert set(kinds) == {"single", "gang8", "gang64"}
+    for kind, n in (("single", 3), ("gang8", 1), ("gang64", 0)):
+        assert kinds[kind]["n"] == n
+        assert kinds[kind]["decision"]["n"] == n
+        assert sum(kinds[kind]["outcomes"].values()) == n
+    assert kinds["single"]["outcomes"] == {"Preempt": 3}
+    assert kinds["gang8"]["outcomes"] == {"Preempt": 1}
+    assert set(size["profile_one_decision"]) == {"single", "gang8"}
+    quality = result["quality"]
+    assert quality["instances"] == 5
+    assert sum(k["instances"] for k in quality["by_kind"].values()) == 5
+    assert quality["ratio_p50"] >= 1.0
+    assert quality["missed"] == 0
+    assert quality["invalid"] == 0

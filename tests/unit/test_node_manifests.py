@@ -178,12 +178,12 @@ def test_gang_shapes(tmp_path: Path) -> None:
     assert replica.priority_class_name == "high"
     assert replica.preemption_mode == "Pod"  # KEP-5710's default
     assert state.pods["ml/old-0"].group == "ml/old-workers-1"
-    assert state.gang_workloads["ml/old"] == ("ml/old-workers-1",)
+    assert state.gang_workload("ml/old") == ("ml/old-workers-1",)
     new = state.pod_groups["ml/new-0"]
     assert new.min_count == 3
     assert new.priority_class_name == "high"  # from its template
     assert state.pods["ml/new-0-a"].group == "ml/new-0"
-    assert state.gang_workloads["ml/new"] == ("ml/new-0",)
+    assert state.gang_workload("ml/new") == ("ml/new-0",)
     assert state.pod_groups["ml/union"].preemption_mode == "PodGroup"
     assert state.pod_groups["ml/legacy"].min_count == 5
 

@@ -174,7 +174,6 @@ class _Reader:
                 for group_name, f in nodes.workload_groups(namespace, spec)
             }
             self._templates[(namespace, name)] = templates
-            st.gang_workloads[f"{namespace}/{name}"] = ()
             return
         wl_name = template_name = ""
         template = spec.map("podGroupTemplateRef")
@@ -233,12 +232,6 @@ class _Reader:
                     preemption_mode=UNIT_GROUP,
                     source="pod-group label",
                 )
-        by_workload: dict[str, list[str]] = {}
-        for key, pg in st.pod_groups.items():
-            if pg.workload:
-                by_workload.setdefault(pg.workload, []).append(key)
-        for wl_key in st.gang_workloads:
-            st.gang_workloads[wl_key] = tuple(sorted(by_workload.get(wl_key, [])))
 
     def _put(self, table: dict[str, Any], key: str, value: Any, where: Where) -> None:
         if key in table:

@@ -34,8 +34,10 @@ class ClusterState(msgspec.Struct):
     pod_groups: dict[str, PodGroup] = msgspec.field(default_factory=dict)
     pdbs: dict[str, PodDisruptionBudget] = msgspec.field(default_factory=dict)
     elastic_quotas: dict[str, ElasticQuota] = msgspec.field(default_factory=dict)
-    # scheduling.k8s.io Workloads: namespace/name -> the keys of their pod groups.
-    gang_workloads: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
+
+    def gang_workload(self, key: str) -> tuple[str, ...]:
+        """The pod groups of a scheduling.k8s.io Workload (``namespace/name``), by key."""
+        return tuple(sorted(k for k, pg in self.pod_groups.items() if pg.workload == key))
 
     def global_default_priority(self) -> int:
         for pc in self.priority_classes.values():

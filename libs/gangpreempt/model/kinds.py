@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import ElasticQuota, Node, Pod, PodDisruptionBudget, PodGroup
 from gangpreempt.model.queues import (
     ClusterQueue,
     Cohort,
@@ -27,6 +28,11 @@ KINDS: dict[str, tuple[type[Any], str]] = {
     "WorkloadPriorityClass": (WorkloadPriorityClass, "workload_priority_classes"),
     "PriorityClass": (PriorityClass, "priority_classes"),
     "Workload": (Workload, "workloads"),
+    "Node": (Node, "nodes"),
+    "PodGroup": (PodGroup, "pod_groups"),
+    "PodDisruptionBudget": (PodDisruptionBudget, "pdbs"),
+    "ElasticQuota": (ElasticQuota, "elastic_quotas"),
+    "Pod": (Pod, "pods"),
 }
 _KIND_OF = {model: kind for kind, (model, _table) in KINDS.items()}
 _encoder = msgspec.msgpack.Encoder()

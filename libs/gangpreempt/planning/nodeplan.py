@@ -45,7 +45,7 @@ class NodePlanner:
         self.cluster = NodeCluster(state)
         self.table = UnitTable(self.cluster, now)
         self.priority_search = priority_search
-        self.promised: set[str] = set()  # unit keys already chosen as victims
+        self.promised: set[str] = set()  # units (refs) already chosen as victims
 
     # -- preemptors -----------------------------------------------------------------------
 
@@ -75,8 +75,9 @@ class NodePlanner:
             if key not in st.pod_groups:
                 raise InvalidInput(f"--workload: PodGroup {key} not found in the manifests")
             return self._gang(ref, [key])
-        if kind == "Workload" and key in st.gang_workloads:
-            return self._gang(ref, st.gang_workloads[key])
+        groups = st.gang_workload(key) if kind == "Workload" else ()
+        if groups:
+            return self._gang(ref, groups)
         raise InvalidInput(f"--workload: {ref} not found in the manifests")
 
     def pending(self) -> list[Preemptor]:
@@ -88,13 +89,13 @@ class NodePlanner:
             group = self.state.pod_groups.get(key)
             if group is None or not any(p.pending for p in pods):
                 continue
-            if group.workload and group.workload in self.state.gang_workloads:
+            if group.workload:
                 if group.workload in seen_workloads:
                     continue
                 seen_workloads.add(group.workload)
                 out.append(
                     self._gang(
-                        f"Workload/{group.workload}", self.state.gang_workloads[group.workload]
+                        f"Workload/{group.workload}", self.state.gang_workload(group.workload)
                     )
                 )
             else:
@@ -173,9 +174,9 @@ class NodePlanner:
         return pc.preemption_policy if pc is not None else "PreemptLowerPriority"
 
     def _own_units(self, pre: Preemptor) -> set[str]:
-        own = {g.key for g in pre.groups}
+        own = {g.ref for g in pre.groups}
         for g in pre.groups:
-            own.update(p.key for p in self.cluster.members.get(g.key, []))
+            own.update(p.ref for p in self.cluster.members.get(g.key, []))
         return own | self.promised
 
     def _decide_single(self, pre: Preemptor) -> Decision:
@@ -217,7 +218,7 @@ class NodePlanner:
         quota_units: set[str] = set()
         if quota is not None:
             quota_units = {
-                u.key
+                u.ref
                 for u in self.table.units.values()
                 if any(p.key in quota.usage for p in u.pods)
             }
@@ -341,10 +342,7 @@ class NodePlanner:
             view = self.cluster.by_name.get(node) if node else None
             if view is not None:
                 add_into(view.used, pod_demand(pod))
-        for v in decision.victims:
-            unit = next((u for u in self.table.units.values() if u.ref == v.object), None)
-            if unit is not None:
-                self.promised.add(unit.key)
+        self.promised.update(v.object for v in decision.victims)
 
 
 def node_decisions(planner: NodePlanner) -> list[Decision]:

@@ -68,7 +68,7 @@ def _node_level(state: ClusterState, kind: str, key: str) -> bool:
     Workload) rather than by Kueue quota?"""
     if kind in ("Pod", "PodGroup"):
         return True
-    return key not in state.workloads and key in state.gang_workloads
+    return key not in state.workloads and bool(state.gang_workload(key))
 
 
 def _plan(

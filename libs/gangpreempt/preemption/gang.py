@@ -159,7 +159,7 @@ class GangSearch:
         cands = [
             u
             for u in self.candidates
-            if u.key in self.quota_units or any(p.node_name in names for p in u.pods)
+            if u.ref in self.quota_units or any(p.node_name in names for p in u.pods)
         ]
         if not self.feasible(shapes, base, cands):
             self.skipped.append(f"{domain.name}: does not fit even with every candidate gone")
@@ -198,9 +198,9 @@ class GangSearch:
         kept: set[str] = set()
         removed = list(cands)
         for unit in cands:
-            if unit.key in violating and self._fits_back(free, unit, removed):
-                kept.add(unit.key)
-        return [u for u in cands if u.key not in kept]
+            if unit.ref in violating and self._fits_back(free, unit, removed):
+                kept.add(unit.ref)
+        return [u for u in cands if u.ref not in kept]
 
     def _fits_back(self, free: Free, unit: Unit, removed: list[Unit]) -> bool:
         """Put ``unit`` back where it runs if every node (and quota) still holds; updates
@@ -218,7 +218,7 @@ class GangSearch:
                 if node_free[res] - v < 0 and v > 0:
                     return False
         rest = [u for u in removed if u is not unit]
-        if unit.key in self.quota_units and not self._quota_ok(rest):
+        if unit.ref in self.quota_units and not self._quota_ok(rest):
             return False
         for name, need in back.items():
             for res, v in need.items():
@@ -290,7 +290,7 @@ class GangSearch:
                         if res in room:
                             room[res] += v
             highest = max(highest, unit.priority)
-            broken += unit.key in violating
+            broken += unit.ref in violating
             if fits(shape.demand, room):
                 return (1, broken, highest, taken)
         return None

@@ -112,20 +112,20 @@ def select_on_node(
         for p in unit.pods:
             if p.node_name == view.name:
                 add_into(mine, pod_demand(p))
-        on_node[unit.key] = mine
+        on_node[unit.ref] = mine
         for res, v in mine.items():
             if res in freed:
                 freed[res] += v
     if not fits(demand, freed):
         return None
     violating = pdb_violations(candidates, table.cluster)
-    ordered = [u for u in candidates if u.key in violating] + [
-        u for u in candidates if u.key not in violating
+    ordered = [u for u in candidates if u.ref in violating] + [
+        u for u in candidates if u.ref not in violating
     ]
     victims: list[Unit] = []
     n_violating = 0
     for unit in ordered:
-        mine = on_node[unit.key]
+        mine = on_node[unit.ref]
         for res, v in mine.items():
             if res in freed:
                 freed[res] -= v
@@ -135,7 +135,7 @@ def select_on_node(
             if res in freed:
                 freed[res] += v
         victims.append(unit)
-        if unit.key in violating:
+        if unit.ref in violating:
             n_violating += 1
     victims.sort(key=Unit.importance)
     return NodeCandidate(view.name, order, victims, n_violating)

@@ -19,13 +19,12 @@ class Unit:
     are already terminating (choosing it again costs nothing new, as in kube-scheduler,
     which keeps terminating pods among the potential victims)."""
 
-    __slots__ = ("evicting", "is_group", "key", "pods", "priority", "ref", "start")
+    __slots__ = ("evicting", "is_group", "pods", "priority", "ref", "start")
 
     def __init__(
-        self, ref: str, key: str, pods: list[Pod], priority: int, is_group: bool, now: datetime
+        self, ref: str, pods: list[Pod], priority: int, is_group: bool, now: datetime
     ) -> None:
         self.ref = ref
-        self.key = key
         self.pods = pods
         self.priority = priority
         self.is_group = is_group
@@ -68,24 +67,21 @@ class UnitTable:
         self.cluster = cluster
         self.now = now
         groups = cluster.state.pod_groups
-        by_key: dict[str, list[Pod]] = {}
-        refs: dict[str, tuple[str, bool]] = {}
+        by_ref: dict[str, list[Pod]] = {}
+        is_group: dict[str, bool] = {}
         for view in cluster.nodes:
             for pod in view.pods:
                 group = groups.get(pod.group) if pod.group else None
-                if group is not None and group.preemption_mode == UNIT_GROUP:
-                    key, ref, is_group = group.key, group.ref, True
-                else:
-                    key, ref, is_group = pod.key, pod.ref, False
-                by_key.setdefault(key, []).append(pod)
-                refs[key] = (ref, is_group)
+                whole = group is not None and group.preemption_mode == UNIT_GROUP
+                ref = group.ref if whole and group is not None else pod.ref
+                by_ref.setdefault(ref, []).append(pod)
+                is_group[ref] = whole
         self.units: dict[str, Unit] = {}
         self.of_pod: dict[str, Unit] = {}
-        for key, pods in by_key.items():
-            ref, is_group = refs[key]
+        for ref, pods in by_ref.items():
             prio = cluster.preemption_priority(pods[0])
-            unit = Unit(ref, key, pods, prio, is_group, now)
-            self.units[key] = unit
+            unit = Unit(ref, pods, prio, is_group[ref], now)
+            self.units[ref] = unit
             for p in pods:
                 self.of_pod[p.key] = unit
 
@@ -102,13 +98,14 @@ class UnitTable:
         return None
 
     def candidates(self, preemptor_priority: int, exclude: Iterable[str] = ()) -> list[Unit]:
-        """Units the preemptor may take, most important first; ``exclude`` names unit
-        keys that are not candidates (the preemptor's own gang, promised victims)."""
+        """Units the preemptor may take, most important first; ``exclude`` names units
+        (by ref: ``PodGroup/ns/name``, ``Pod/ns/name``) that are not candidates: the
+        preemptor's own gang, victims promised to others."""
         skip = set(exclude)
         out = [
             u
             for u in self.units.values()
-            if u.key not in skip and self.refusal(u, preemptor_priority) is None
+            if u.ref not in skip and self.refusal(u, preemptor_priority) is None
         ]
         out.sort(key=Unit.importance)
         return out
@@ -130,7 +127,7 @@ def pdb_violations(units: Sequence[Unit], cluster: NodeCluster) -> set[str]:
                     continue
                 allowed[pdb.key] -= 1
                 if allowed[pdb.key] < 0:
-                    violating.add(unit.key)
+                    violating.add(unit.ref)
     return violating
 
 
