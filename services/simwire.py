@@ -25,6 +25,8 @@ class EvictRequest(msgspec.Struct, frozen=True):
     preemptor: str
     reason: str
     fencing_token: int
+    pods: tuple[str, ...] = ()  # node-level victims: the pods to delete
+    mode: str = ""  # "kueue", "delete" or "soft-eviction" (see actuator.sinks)
 
 
 class EvictReply(msgspec.Struct, frozen=True):
@@ -34,8 +36,9 @@ class EvictReply(msgspec.Struct, frozen=True):
 
 
 class StatsReply(msgspec.Struct, frozen=True):
-    evictions: dict[str, int]  # workload ref -> evictions applied
+    evictions: dict[str, int]  # victim ref -> evictions applied
     fencing_token: int
+    soft_evicted: list[str] = msgspec.field(default_factory=list)  # pods labelled, in order
 
 
 T = TypeVar("T", bound=msgspec.Struct)

@@ -29,13 +29,20 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     cycle_delay: float = 0.05  # seconds to gather state changes before an admission cycle
     # actuator
     sink: str = "sim"  # sim | log
+    # How a victim pod goes: deleted, or labelled scheduling.koordinator.sh/soft-eviction
+    # for an operator that cleans up and deletes it. Kueue Workloads are always evicted.
+    pod_eviction: str = "delete"  # delete | soft-eviction
     plan_timeout: float = 10.0  # seconds a held plan waits for its other half
     lease_ttl: float = 10.0
 
 
 _FIELDS = {f.name: f for f in msgspec.structs.fields(Settings)}
 _POSITIVE = {"termination_delay", "poll_interval", "cycle_delay", "plan_timeout", "lease_ttl"}
-_CHOICES = {"sink": ("sim", "log"), "log_level": ("debug", "info", "warning", "error")}
+_CHOICES = {
+    "sink": ("sim", "log"),
+    "pod_eviction": ("delete", "soft-eviction"),
+    "log_level": ("debug", "info", "warning", "error"),
+}
 
 
 def env_name(field: str) -> str:

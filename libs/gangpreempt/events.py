@@ -58,10 +58,12 @@ class PodSetAdmission(msgspec.Struct, frozen=True):
 class Admitted(Event, frozen=True, kw_only=True, tag=True):
     """Quota is reserved for the workload in its ClusterQueue."""
 
-    workload: str  # Workload/ns/name
+    workload: str  # Workload/ns/name, or a node-level preemptor (Pod/, PodGroup/)
     uid: str
     cluster_queue: str
     pod_sets: tuple[PodSetAdmission, ...]
+    # Node-level: each pending pod of the preemptor -> the node it is to be bound to.
+    placement: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class Pending(Event, frozen=True, kw_only=True, tag=True):
@@ -109,6 +111,7 @@ class PlannedVictim(msgspec.Struct, frozen=True):
     cluster_queue: str
     priority: int
     evicting: bool = False
+    pods: tuple[str, ...] = ()  # node-level: every pod that will be deleted (Pod/ns/name)
 
 
 class PlanProposed(Event, frozen=True, kw_only=True, tag=True):

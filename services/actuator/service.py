@@ -31,6 +31,8 @@ from gangpreempt import events
 from gangpreempt.bus import HOLD, Lease, encode_token, leases_bucket, plans_bucket
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.planning.barrier import PlannedObject, stale_reason
+from gangpreempt.planning.nodeconfirm import placement_gap
+from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.replica import StateReplica
 from services import simwire
 from services.actuator.sinks import LogSink, SimSink, Sink
@@ -39,6 +41,7 @@ from services.runtime import ServiceContext, sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.actuator")
 
+KUEUE_EVICTION = "kueue"
 CLAIMED = "claimed"
 DONE = "done"
 
@@ -141,17 +144,26 @@ class Actuator:
 
     async def actuate(self, p: events.PlanProposed) -> None:
         fault("before-actuation")
-        wl = self.replica.state.workloads.get(key_of(p.preemptor))
-        missing = sorted({ps.name for ps in wl.pod_sets} - set(p.pod_sets)) if wl else []
-        if missing:
-            await self.drop(
-                p.plan_id, p.preemptor, f"plan does not cover pod sets {', '.join(missing)}"
-            )
-            return
-        live = await self.sink.read([p.preemptor, *(v.object for v in p.victims)])
+        await self.replica.wait_seq(p.state_seq)
+        state = self.replica.state
+        if is_node_level(state, p.preemptor):
+            gap = placement_gap(state, p.preemptor, p.placement)
+            if gap is not None:
+                await self.drop(p.plan_id, p.preemptor, f"the gang is not placed: {gap}")
+                return
+        else:
+            wl = state.workloads.get(key_of(p.preemptor))
+            missing = sorted({ps.name for ps in wl.pod_sets} - set(p.pod_sets)) if wl else []
+            if missing:
+                await self.drop(
+                    p.plan_id, p.preemptor, f"plan does not cover pod sets {', '.join(missing)}"
+                )
+                return
+        pods = [pod for v in p.victims for pod in v.pods]
+        live = await self.sink.read([p.preemptor, *(v.object for v in p.victims), *pods])
         stale = stale_reason(
             PlannedObject(p.preemptor, p.preemptor_uid, ""),
-            [PlannedObject(v.object, v.uid, v.resource_version) for v in p.victims],
+            [PlannedObject(v.object, v.uid, v.resource_version, v.pods) for v in p.victims],
             live,
         )
         if stale is not None:
@@ -199,6 +211,8 @@ class Actuator:
                 preemptor=p.preemptor,
                 reason=v.reason,
                 fencing_token=self.token,
+                pods=v.pods,
+                mode=self.mode_for(v.object),
             )
         )
         if not reply.ok:
@@ -223,6 +237,14 @@ class Actuator:
         written.add_done_callback(self.records.discard)
         acks.append(await self.ctx.publisher.send(actuated))
         return True
+
+    def mode_for(self, ref: str) -> str:
+        """How a victim is actuated: a Kueue Workload is evicted the way Kueue does it,
+        pods are deleted or soft-evicted (GANGPREEMPT_POD_EVICTION)."""
+        kind, _, key = ref.partition("/")
+        if kind == "Workload" and key in self.replica.state.workloads:
+            return KUEUE_EVICTION
+        return self.ctx.settings.pod_eviction
 
     async def expire(self, stop: asyncio.Event) -> None:
         timeout = self.ctx.settings.plan_timeout

@@ -11,10 +11,9 @@ from nats.errors import TimeoutError as NatsTimeoutError
 
 from gangpreempt.bus import Topology
 from gangpreempt.errors import Transient
-from gangpreempt.planning.barrier import LiveObject, live_workload
+from gangpreempt.planning.barrier import LiveObject, live_object
 from gangpreempt.replica import StateReplica
 from services import simwire
-from services.livestate import key_of
 
 log = structlog.get_logger("gangpreempt.actuator")
 
@@ -66,12 +65,14 @@ class LogSink:
     async def read(self, refs: list[str]) -> dict[str, LiveObject]:
         await self.replica.caught_up()
         state = self.replica.state
-        return {ref: live_workload(ref, state.workloads.get(key_of(ref))) for ref in refs}
+        return {ref: live_object(ref, state) for ref in refs}
 
     async def evict(self, request: simwire.EvictRequest) -> simwire.EvictReply:
         log.info(
             "would evict",
-            workload=request.ref,
+            victim=request.ref,
+            pods=list(request.pods),
+            mode=request.mode,
             plan_id=request.plan_id,
             preemptor=request.preemptor,
             reason=request.reason,

@@ -1,9 +1,12 @@
 """The sim cluster: ingest's in-memory stand-in for the API server in demos and tests.
 
-It applies what Kueue and the kubelet would: an ``Admitted`` event reserves quota for the
-workload; an eviction marks the victim Evicted at once (it keeps its quota, as a
+It applies what Kueue, kube-scheduler and the kubelet would: an ``Admitted`` event
+reserves quota for the workload, or binds a node-level preemptor's pods to the nodes of
+its placement; an eviction marks the victim Evicted at once (it keeps its quota, as a
 terminating pod keeps its node) and releases its quota ``termination_delay`` seconds
-later, when the workload goes back to pending. Every change gets a new resourceVersion
+later, when the workload goes back to pending. Victim pods are marked terminating (or
+labelled for soft eviction, which the sim's stand-in operator then deletes) and are
+gone ``termination_delay`` seconds later. Every change gets a new resourceVersion
 and is published to STATE. Evictions carry preconditions (uid) and a fencing token; a
 token lower than one already seen is refused.
 """
@@ -11,6 +14,7 @@ token lower than one already seen is refused.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +25,7 @@ from gangpreempt import events
 from gangpreempt.bus import Publisher
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import SOFT_EVICTION_LABEL, Pod
 from gangpreempt.model.workloads import (
     ADMITTED,
     EVICTED,
@@ -32,7 +37,7 @@ from gangpreempt.model.workloads import (
     PodSetAssignment,
     Workload,
 )
-from gangpreempt.planning.barrier import LiveObject, live_workload
+from gangpreempt.planning.barrier import LiveObject, live_object
 from services.simwire import EvictReply, EvictRequest, StatsReply
 
 log = structlog.get_logger("gangpreempt.sim")
@@ -56,6 +61,7 @@ class SimCluster:
         self.evictions: dict[str, int] = {}
         self.evicted_by: dict[str, str] = {}  # workload key -> plan that evicted it
         self.max_token = 0
+        self.soft_evicted: list[str] = []
         self._timers: set[asyncio.Task[None]] = set()
         # The world changes at once; its STATE events follow in order, as a watch does.
         self._outbox: asyncio.Queue[events.Event] = asyncio.Queue()
@@ -101,7 +107,7 @@ class SimCluster:
 
     async def upsert(self, obj: Any) -> Any:
         self.rv += 1
-        if isinstance(obj, Workload):
+        if isinstance(obj, Workload | Pod):
             obj = msgspec.structs.replace(
                 obj, resource_version=str(self.rv), uid=obj.uid or f"sim-{obj.namespace}-{obj.name}"
             )
@@ -136,8 +142,28 @@ class SimCluster:
             )
         )
 
+    async def bind(self, ev: events.Admitted) -> None:
+        """kube-scheduler binds the preemptor's pending pods to their nodes."""
+        now = self.now()
+        bound = 0
+        for ref, node in sorted(ev.placement.items()):
+            pod = self.world.pods.get(ref.removeprefix("Pod/"))
+            if pod is None or not pod.pending or node not in self.world.nodes:
+                continue
+            await self.upsert(
+                msgspec.structs.replace(
+                    pod, node_name=node, nominated_node="", start_time=now, scheduled_at=now
+                )
+            )
+            bound += 1
+        log.info("bound", preemptor=ev.workload, pods=bound)
+
     async def admit(self, ev: events.Admitted) -> None:
-        _kind, key = split_ref(ev.workload)
+        if ev.placement:
+            await self.bind(ev)
+        kind, key = split_ref(ev.workload)
+        if kind != "Workload":
+            return
         wl = self.world.workloads.get(key)
         if wl is None or (ev.uid and wl.uid != ev.uid) or not wl.is_pending:
             return
@@ -163,6 +189,8 @@ class SimCluster:
                 ok=False, detail=f"fenced: token {req.fencing_token} < {self.max_token}"
             )
         self.max_token = max(self.max_token, req.fencing_token)
+        if req.pods and not req.ref.startswith("Workload/"):
+            return await self.evict_pods(req)
         _kind, key = split_ref(req.ref)
         wl = self.world.workloads.get(key)
         if wl is None:
@@ -182,10 +210,58 @@ class SimCluster:
         self.evicted_by[key] = req.plan_id
         self.evictions[req.ref] = self.evictions.get(req.ref, 0) + 1
         log.info("evicting", workload=req.ref, plan_id=req.plan_id, delay=self.termination_delay)
-        task = asyncio.ensure_future(self._terminate_later(key, wl.uid))
+        for ref in req.pods:  # its pods, when they are known, terminate with it
+            pod = self.world.pods.get(ref.removeprefix("Pod/"))
+            if pod is not None and not pod.terminating:
+                pod = await self.upsert(msgspec.structs.replace(pod, terminating=True))
+                self._later(self._delete_later(pod.key, pod.uid))
+        self._later(self._terminate_later(key, wl.uid))
+        return EvictReply(ok=True, applied=True)
+
+    async def evict_pods(self, req: EvictRequest) -> EvictReply:
+        """A node-level victim: every pod of the unit at once (never part of a gang)."""
+        pods = [self.world.pods.get(ref.removeprefix("Pod/")) for ref in req.pods]
+        if any(p is None for p in pods):
+            return EvictReply(ok=False, detail="a victim pod no longer exists")
+        if (
+            req.ref.startswith("Pod/")
+            and req.uid
+            and pods[0] is not None
+            and pods[0].uid != req.uid
+        ):
+            return EvictReply(ok=False, detail=f"precondition failed: uid is {pods[0].uid}")
+        if self.evicted_by.get(req.ref) == req.plan_id:
+            return EvictReply(ok=True, applied=False, detail="already evicted by this plan")
+        applied = False
+        for pod in pods:
+            assert pod is not None
+            if pod.terminating:
+                continue
+            if req.mode == "soft-eviction":
+                labels = {**pod.labels, SOFT_EVICTION_LABEL: f"plan-{req.plan_id}"}
+                pod = await self.upsert(msgspec.structs.replace(pod, labels=labels))
+                self.soft_evicted.append(pod.ref)
+            # the kubelet (or, after a soft eviction, the cleaning operator) deletes it
+            await self.upsert(msgspec.structs.replace(pod, terminating=True))
+            applied = True
+            self._later(self._delete_later(pod.key, pod.uid))
+        self.evicted_by[req.ref] = req.plan_id
+        self.evictions[req.ref] = self.evictions.get(req.ref, 0) + 1
+        log.info("evicting pods", victim=req.ref, pods=len(pods), mode=req.mode or "delete")
+        return EvictReply(ok=True, applied=applied)
+
+    def _later(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
         self._timers.add(task)
         task.add_done_callback(self._timers.discard)
-        return EvictReply(ok=True, applied=True)
+
+    async def _delete_later(self, key: str, uid: str) -> None:
+        await asyncio.sleep(self.termination_delay)
+        pod = self.world.pods.get(key)
+        if pod is None or pod.uid != uid:
+            return
+        await self.delete("Pod", key)
+        log.info("terminated", pod=f"Pod/{key}")
 
     async def _terminate_later(self, key: str, uid: str) -> None:
         await asyncio.sleep(self.termination_delay)
@@ -214,11 +290,14 @@ class SimCluster:
 
     # -- reads -------------------------------------------------------------------------
     def live(self, ref: str) -> LiveObject:
-        kind, key = split_ref(ref)
-        return live_workload(ref, self.world.workloads.get(key) if kind == "Workload" else None)
+        return live_object(ref, self.world)
 
     def stats(self) -> StatsReply:
-        return StatsReply(evictions=dict(self.evictions), fencing_token=self.max_token)
+        return StatsReply(
+            evictions=dict(self.evictions),
+            fencing_token=self.max_token,
+            soft_evicted=list(self.soft_evicted),
+        )
 
     async def close(self) -> None:
         for t in list(self._timers):

@@ -31,6 +31,10 @@ class Flights:
         if flight is not None:
             self.on_end(flight)
 
+    def start(self, preemptor: str, request_id: str) -> Flight:
+        flight = self.by_preemptor[preemptor] = Flight(request_id=request_id)
+        return flight
+
     def fail(self, preemptor: str, seq: int) -> None:
         self.end(preemptor)
         self.failed_at[preemptor] = seq

@@ -18,13 +18,21 @@ import structlog
 
 from gangpreempt import events
 from gangpreempt.bus.consuming import Delivery
+from gangpreempt.errors import InvalidInput
 from gangpreempt.planning import admission_pass
 from gangpreempt.planning.inflight import PlanInFlight, rejection
+from gangpreempt.planning.nodeplan import NodePlanner, is_node_level, with_nodes
 from services.livestate import LiveState, key_of
 from services.quota.flights import ACTUATED, CONFIRMED, Flight, Flights
+from services.quota.nodes import NodeBook, is_node_ref, node_events
 from services.runtime import ServiceContext, sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.quota")
+
+
+def kueue_victims(d: Any) -> set[str]:
+    """The Kueue Workloads (``namespace/name``) among a decision's victims."""
+    return {key_of(v.object) for v in d.victims if v.object.startswith("Workload/")}
 
 
 class Quota:
@@ -33,6 +41,7 @@ class Quota:
         self.live = LiveState(ctx, "quota", on_change=self.on_state_change)
         self.replica = self.live.replica
         self.flights = Flights(on_end=self.flight_ended)
+        self.nodes = NodeBook()
         self.dirty = asyncio.Event()
         self.published: dict[str, tuple[str, ...]] = {}  # workload -> last decision signature
         self.counter = itertools.count(1)
@@ -60,6 +69,20 @@ class Quota:
             self.published.pop(old.key, None)  # forget it: a new one may reuse the name
             self.flights.failed_at.pop(old.key, None)
             self.flights.end(old.key)
+        if kind == "Pod" and new is None and old is not None:
+            # A node-level preemptor's pod is gone: what was published for it is forgotten,
+            # so a new incarnation under the same name gets its own decisions.
+            refs = [old.ref]
+            group = self.replica.state.pod_groups.get(old.group) if old.group else None
+            if group is not None:
+                refs.append(group.ref)
+                if group.workload:
+                    refs.append(f"Workload/{group.workload}")
+            for ref in refs:
+                self.published.pop(ref, None)
+                self.flights.failed_at.pop(ref, None)
+                if old.pending:  # a preemptor's pod: its plan is for something gone
+                    self.flights.end(ref)
         self.dirty.set()
 
     # -- the admission cycle -----------------------------------------------------------------
@@ -80,7 +103,10 @@ class Quota:
         """Forget flights whose preemptor is gone or admitted, and holds whose victims
         have all left (the preemptor is then evaluated normally: its quota is free)."""
         state = self.replica.state
+        self.nodes.settle(state, self.flights)
         for key, flight in list(self.flights.by_preemptor.items()):
+            if is_node_ref(key):
+                continue
             wl = state.workloads.get(key)
             if wl is None or not wl.is_pending:
                 self.flights.end(key)
@@ -101,6 +127,14 @@ class Quota:
         snapshot = self.live.snapshot(now)  # plans in flight are held in it
         with snapshot.scratch():  # nothing awaits in here: the replica cannot interleave
             decisions = admission_pass(snapshot, self.flights.waiting())
+        planner: NodePlanner | None = None
+        if state.pods:
+            try:
+                planner = self.nodes.planner(state, now)
+                decisions = with_nodes(planner, decisions)  # Kueue workloads with pods
+            except InvalidInput as exc:  # e.g. a pod whose PriorityClass is not here yet
+                log.warning("node-level decisions skipped until the state changes", error=str(exc))
+                planner = None
         assert self.live.ledger is not None
         claimed = set(self.live.ledger.held_victims)  # victims of the plans in flight
         outbox: list[events.Event] = []
@@ -112,10 +146,10 @@ class Quota:
                     outbox.append(self.admitted(d, wl))
             elif d.outcome == "Preempt":
                 if not self.flights.may_request(key, seq):
-                    claimed |= {key_of(v.object) for v in d.victims}
+                    claimed |= kueue_victims(d)
                     continue
                 request_id = f"{self.instance}-{next(self.counter)}"
-                self.flights.by_preemptor[key] = Flight(request_id=request_id)
+                self.flights.start(key, request_id)
                 self.published.pop(key, None)
                 outbox.append(
                     events.PreemptionRequested(
@@ -132,7 +166,7 @@ class Quota:
                         state_seq=seq,
                     )
                 )
-                claimed |= {key_of(v.object) for v in d.victims}
+                claimed |= kueue_victims(d)
                 log.info("preemption requested", workload=d.preemptor, request_id=request_id)
             elif self.fresh(key, ("Pending", wl.resource_version, d.message)):
                 outbox.append(
@@ -146,6 +180,18 @@ class Quota:
                         message=d.message,
                     )
                 )
+        if planner is not None:
+            try:
+                outbox += node_events(
+                    planner,
+                    self.flights,
+                    seq,
+                    now,
+                    lambda: f"{self.instance}-{next(self.counter)}",
+                    self.fresh,
+                )
+            except InvalidInput as exc:  # e.g. a pod whose PriorityClass is not here yet
+                log.warning("node-level decisions skipped until the state changes", error=str(exc))
         # One cycle's events go out together: their acknowledgements overlap.
         await asyncio.gather(*(self.ctx.publisher.publish(e) for e in outbox))
 
@@ -165,6 +211,7 @@ class Quota:
             uid=wl.uid,
             cluster_queue=d.queue.removeprefix("ClusterQueue/"),
             pod_sets=tuple(pod_sets),
+            placement=dict(d.placement),
         )
 
     def fresh(self, key: str, signature: tuple[str, ...]) -> bool:
@@ -179,13 +226,13 @@ class Quota:
         if isinstance(event, events.PlanProposed):
             await self.on_proposed(event)
         elif isinstance(event, events.PreemptionInfeasible):
-            key = key_of(event.preemptor)
+            key = self.flight_key(event.preemptor)
             flight = self.flights.by_preemptor.get(key)
             if flight is not None and flight.request_id == event.request_id:
                 self.flights.fail(key, max(self.replica.seq, event.state_seq))
                 log.info("preemption infeasible", workload=event.preemptor, reason=event.message)
         elif isinstance(event, events.PlanDropped):
-            key = key_of(event.preemptor)
+            key = self.flight_key(event.preemptor)
             flight = self.flights.by_preemptor.get(key)
             if (
                 flight is not None
@@ -194,7 +241,7 @@ class Quota:
             ):
                 self.flights.fail(key, self.replica.seq)
         elif isinstance(event, events.PlanActuated):
-            flight = self.flights.by_preemptor.get(key_of(event.preemptor))
+            flight = self.flights.by_preemptor.get(self.flight_key(event.preemptor))
             if (
                 flight is not None
                 and flight.plan is not None
@@ -203,15 +250,19 @@ class Quota:
                 flight.status = ACTUATED
         self.dirty.set()
 
+    def flight_key(self, ref: str) -> str:
+        return ref if is_node_level(self.replica.state, ref) else key_of(ref)
+
     async def on_proposed(self, p: events.PlanProposed) -> None:
-        key = key_of(p.preemptor)
+        key = self.flight_key(p.preemptor)
+        node_level = is_node_ref(key)
         flight = self.flights.by_preemptor.get(key)
         plan = PlanInFlight(
             plan_id=p.plan_id,
             preemptor=key,
             cluster_queue=p.cluster_queue,
             flavors=p.flavors,
-            victims=tuple(key_of(v.object) for v in p.victims),
+            victims=tuple(key_of(v.object) for v in p.victims if v.object.startswith("Workload/")),
         )
         reason: str | None
         if flight is None or flight.request_id != p.request_id:
@@ -221,19 +272,24 @@ class Quota:
         else:
             await self.replica.wait_seq(p.state_seq)
             assert self.live.ledger is not None
-            reason = rejection(
-                self.live.snapshot(self.ctx.now()),
-                plan,
-                p.preemptor_uid,
-                {key_of(v.object): v.uid for v in p.victims},
-                self.live.ledger.held_victims,
-            )
+            self.nodes.prune(self.flights)
+            if node_level:
+                reason = self.nodes.confirm(self.replica.state, p)
+            else:
+                reason = rejection(
+                    self.live.snapshot(self.ctx.now()),
+                    plan,
+                    p.preemptor_uid,
+                    {key_of(v.object): v.uid for v in p.victims},
+                    self.live.ledger.held_victims,
+                ) or self.nodes.confirm_kueue(self.replica.state, key, p)
         now = self.ctx.now()
         if reason is None:
             if flight is not None:
                 flight.status, flight.plan = CONFIRMED, plan
                 assert self.live.ledger is not None
-                self.live.ledger.hold(plan)
+                if not node_level:
+                    self.live.ledger.hold(plan)
             await self.ctx.publisher.publish(
                 events.PlanConfirmed(
                     id=f"confirmed-{p.plan_id}",

@@ -9,13 +9,16 @@ the request) are not candidates. Nothing is actuated here.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from gangpreempt import events
 from gangpreempt.bus.consuming import Delivery
+from gangpreempt.errors import InvalidInput
 from gangpreempt.planning import plan_on
+from gangpreempt.planning.nodeplan import NodePlanner, is_node_level
 from services.livestate import LiveState, key_of
 from services.runtime import ServiceContext
 
@@ -54,6 +57,8 @@ class Victims:
                 state_seq=self.replica.seq,
             )
 
+        if is_node_level(state, req.workload):
+            return self.answer_nodes(req, plan_id, infeasible)
         if wl is None or (req.uid and wl.uid != req.uid):
             return infeasible("the preemptor no longer exists")
         if not wl.is_pending:
@@ -88,6 +93,55 @@ class Victims:
             cluster_queue=decision.queue.removeprefix("ClusterQueue/"),
             pod_sets=tuple(ps.name for ps in wl.pod_sets),
             flavors=decision.flavors,
+            victims=tuple(victims),
+            placement=decision.placement,
+            state_seq=self.replica.seq,
+        )
+
+    def answer_nodes(
+        self,
+        req: events.PreemptionRequested,
+        plan_id: str,
+        infeasible: Callable[[str], events.PreemptionInfeasible],
+    ) -> events.Event:
+        """A node-level preemptor: the same core call as ``gangpreempt plan --workload
+        Pod/...|PodGroup/...``, with the units promised to other plans left alone."""
+        state, now = self.replica.state, self.ctx.now()
+        try:
+            planner = NodePlanner(state, now)
+            planner.promised.update(req.claimed)
+            pre = planner.resolve(req.workload)
+            decision = planner.decide(pre)
+        except InvalidInput as exc:
+            return infeasible(str(exc))
+        if decision.outcome != "Preempt":
+            return infeasible(f"{decision.outcome}: {decision.message}")
+        victims = []
+        for v in decision.victims:
+            pod = state.pods.get(key_of(v.object)) if v.object.startswith("Pod/") else None
+            victims.append(
+                events.PlannedVictim(
+                    object=v.object,
+                    uid=pod.uid if pod is not None else "",
+                    resource_version=pod.resource_version if pod is not None else "",
+                    reason=v.reason,
+                    cluster_queue=v.queue,
+                    priority=v.priority,
+                    evicting=v.evicting,
+                    pods=tuple(v.pods),
+                )
+            )
+        log.info("plan proposed", preemptor=req.workload, plan_id=plan_id, victims=len(victims))
+        return events.PlanProposed(
+            id=f"proposed-{plan_id}",
+            occurred_at=now,
+            plan_id=plan_id,
+            request_id=req.request_id,
+            preemptor=req.workload,
+            preemptor_uid="",
+            cluster_queue=decision.queue,
+            pod_sets=tuple(g.key for g in pre.groups),
+            flavors={},
             victims=tuple(victims),
             placement=decision.placement,
             state_seq=self.replica.seq,

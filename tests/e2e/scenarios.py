@@ -71,4 +71,65 @@ def full_cluster(folder: Path, *, gang_at: float | None = 0.5, extra_timeline: s
     (folder / "timeline.yaml").write_text(timeline + extra_timeline)
 
 
-__all__ = ["full_cluster"]
+NODES = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: low}
+value: 10
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+"""
+
+NODE = """
+---
+apiVersion: v1
+kind: Node
+metadata: {{name: {name}}}
+status: {{allocatable: {{cpu: "96", nvidia.com/gpu: "8", pods: "110"}}}}
+"""
+
+POD = """
+---
+apiVersion: v1
+kind: Pod
+metadata: {{namespace: ml, name: {name}, uid: {name}-uid, labels: {{scheduling.x-k8s.io/pod-group: {group}}}}}
+spec:
+  {node}priorityClassName: {pc}
+  containers: [{{name: c, resources: {{requests: {{cpu: "8", nvidia.com/gpu: "8"}}}}}}]
+"""
+
+GROUP = """
+---
+apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: PodGroup
+metadata: {{namespace: ml, name: {name}}}
+spec: {{minMember: {size}}}
+"""
+
+
+def gpu_cluster(
+    folder: Path, *, nodes: int = 2, gang: int = 2, gang_at: float = 0.5, extra_timeline: str = ""
+) -> None:
+    """``nodes`` nodes of 8 GPUs, each running one pod of the low-priority gang
+    ``scavenger`` (one PodGroup); the high-priority gang ``train`` (``gang`` pods of 8
+    GPUs) arrives ``gang_at`` seconds after ingest starts."""
+    text = NODES + GROUP.format(name="scavenger", size=nodes)
+    for i in range(nodes):
+        text += NODE.format(name=f"gpu-{i}")
+        text += POD.format(
+            name=f"scavenger-{i}", group="scavenger", node=f"nodeName: gpu-{i}\n  ", pc="low"
+        )
+    (folder / "cluster.yaml").write_text(text)
+    train = GROUP.format(name="train", size=gang)
+    for i in range(gang):
+        train += POD.format(name=f"train-{i}", group="train", node="", pc="high")
+    (folder / "train.yaml").write_text(train)
+    (folder / "timeline.yaml").write_text(
+        f"- at: {gang_at}\n  apply: train.yaml\n" + extra_timeline
+    )
+
+
+__all__ = ["full_cluster", "gpu_cluster"]

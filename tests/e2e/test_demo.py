@@ -29,10 +29,16 @@ def test_up_plays_the_demo_scenario_until_settled(tmp_path: Path) -> None:
     text = " ".join(out.stdout.split())  # the console wraps long lines
     # gang-2's plan is confirmed then found stale by the actuator, or rejected by quota
     # if it saw the victim finish first: either way it is dropped and nothing is evicted.
-    assert "plans proposed 2" in text
-    assert "actuated 1, dropped 1" in text
-    assert "victims actuated 1" in text
+    assert "plans proposed 3" in text
+    assert "actuated 2, dropped 1" in text
+    assert "victims actuated 2" in text
     assert re.search(r"PlanActuated Workload/ml/gang-1", text)
+    # On nodes: the training gang preempts the scavenger gang whole, then is bound to the
+    # two nodes it frees; the notebook and the inference pod are untouched.
+    assert re.search(r"VictimActuated PodGroup/ml/scavenger for PodGroup/ml/train", text)
+    assert re.search(r"Admitted PodGroup/ml/train bound: train-0 -> gpu-0, train-1 -> gpu-1", text)
+    assert "notebook" not in text
+    assert "Pod/ml/inference" not in text
     assert re.search(
         r"PlanDropped Workload/ml/gang-2 .*stale|PlanDropped Workload/ml/gang-2 .*rejected", text
     )

@@ -64,18 +64,33 @@ def cli() -> None:
     show_default=True,
     help="table for people, json for machines.",
 )
-def plan(paths: tuple[str, ...], workload: str | None, now: str | None, output: str) -> None:
+@click.option(
+    "--priority-search/--no-priority-search",
+    default=True,
+    show_default=True,
+    help="Gangs: binary search for the lowest victim priority that lets the gang fit "
+    "(KEP-5710); off: every lower-priority candidate, then reprieve.",
+)
+def plan(
+    paths: tuple[str, ...],
+    workload: str | None,
+    now: str | None,
+    output: str,
+    priority_search: bool,
+) -> None:
     """Compute preemption decisions offline from manifests; no cluster, no bus.
 
-    Without --workload, runs one admission pass over every pending workload in
-    Kueue's order and prints a decision for each.
+    Without --workload, runs one admission pass over every pending Kueue workload in
+    Kueue's order, then decides every pending pod and gang on nodes, highest priority
+    first, and prints a decision for each. --workload takes Workload/, PodGroup/ or
+    Pod/ NAMESPACE/NAME.
     """
     try:
         clock = _now(now)
         loaded = load(list(paths))
         for warning in [*loaded.warnings, *state_warnings(loaded.state)]:
             click.echo(f"warning: {warning}", err=True)
-        result = make_plan(loaded.state, clock, workload)
+        result = make_plan(loaded.state, clock, workload, priority_search=priority_search)
     except InvalidInput as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_INVALID)

@@ -16,7 +16,11 @@ def print_table(plan: Plan, console: Console | None = None) -> None:
         if not console.is_terminal:
             console = Console(width=200)
     table = Table(title=f"gangpreempt plan at {plan.now}", show_lines=True)
-    for column in ("Preemptor", "Queue", "Mode", "Outcome", "Flavors", "Borrow", "Victims", "Why"):
+    nodes = any(d.placement for d in plan.decisions)
+    columns = ["Preemptor", "Queue", "Mode", "Outcome", "Flavors", "Borrow", "Victims", "Why"]
+    if nodes:
+        columns.insert(7, "Placement")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for d in plan.decisions:
         flavors = "; ".join(
@@ -25,10 +29,12 @@ def print_table(plan: Plan, console: Console | None = None) -> None:
             if res
         )
         victims = "\n".join(
-            f"{v.object} ({v.reason}{', evicting' if v.evicting else ''})" for v in d.victims
+            f"{v.object} ({v.reason}{', evicting' if v.evicting else ''}"
+            f"{f', {len(v.pods)} pods' if len(v.pods) > 1 else ''})"
+            for v in d.victims
         )
         style = _STYLE.get(d.outcome, "red")
-        table.add_row(
+        row = [
             d.preemptor,
             d.queue.removeprefix("ClusterQueue/"),
             d.mode,
@@ -37,7 +43,12 @@ def print_table(plan: Plan, console: Console | None = None) -> None:
             str(d.borrowing),
             victims,
             d.message,
-        )
+        ]
+        if nodes:
+            row.insert(
+                7, "\n".join(f"{p.removeprefix('Pod/')} -> {n}" for p, n in d.placement.items())
+            )
+        table.add_row(*row)
     console.print(table)
     counts: dict[str, int] = {}
     for d in plan.decisions:

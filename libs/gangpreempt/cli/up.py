@@ -99,14 +99,26 @@ class Tally:
 def describe(ev: events.Event) -> tuple[str, str]:
     """(subject of the line, details) for the live view."""
     if isinstance(ev, events.Admitted):
+        if ev.placement:
+            nodes = ", ".join(
+                f"{pod.rsplit('/', 1)[-1]} -> {node}" for pod, node in ev.placement.items()
+            )
+            return ev.workload, f"bound: {nodes}"
         return ev.workload, f"in ClusterQueue {ev.cluster_queue}"
     if isinstance(ev, events.Pending):
         return ev.workload, ev.message
     if isinstance(ev, events.PreemptionRequested):
-        return ev.workload, f"request {ev.request_id} in ClusterQueue {ev.cluster_queue}"
+        where = f"in ClusterQueue {ev.cluster_queue}" if ev.flavors else "on nodes"
+        if ev.cluster_queue.startswith("ElasticQuota/"):
+            where = f"on nodes, in {ev.cluster_queue}"
+        return ev.workload, f"request {ev.request_id} {where}"
     if isinstance(ev, events.PlanProposed):
-        victims = ", ".join(f"{v.object} ({v.reason})" for v in ev.victims)
-        return ev.preemptor, f"plan {ev.plan_id}: {victims}"
+        victims = ", ".join(
+            f"{v.object} ({v.reason}{f', {len(v.pods)} pods' if len(v.pods) > 1 else ''})"
+            for v in ev.victims
+        )
+        placed = f"; places {len(ev.placement)} pods" if ev.placement else ""
+        return ev.preemptor, f"plan {ev.plan_id}: {victims}{placed}"
     if isinstance(ev, events.PreemptionInfeasible):
         return ev.preemptor, ev.message
     if isinstance(ev, events.PlanConfirmed):

@@ -8,6 +8,7 @@ from datetime import datetime
 from gangpreempt.manifests.fields import Fields
 from gangpreempt.manifests.podspec import constraints, pod_requests, taints
 from gangpreempt.model.pods import (
+    KUEUE_WORKLOAD_ANNOTATION,
     UNIT_GROUP,
     ElasticQuota,
     LabelRequirement,
@@ -46,6 +47,7 @@ def pod(namespace: str, name: str, meta: Fields, spec: Fields, status: Fields) -
     """A pod; ``group`` is filled from the scheduler-plugins labels here and from
     ``spec.workloadRef`` / ``spec.schedulingGroup`` by the caller (it needs the Workload)."""
     labels = meta.text_map("labels")
+    annotations = meta.text_map("annotations")
     group = ""
     for label in POD_GROUP_LABELS:
         if labels.get(label):
@@ -70,6 +72,9 @@ def pod(namespace: str, name: str, meta: Fields, spec: Fields, status: Fields) -
         terminating=meta.time("deletionTimestamp") is not None,
         finished=phase in ("Succeeded", "Failed"),
         group=group,
+        kueue_workload=f"{namespace}/{kueue}"
+        if (kueue := annotations.get(KUEUE_WORKLOAD_ANNOTATION))
+        else "",
     )
 
 

@@ -24,6 +24,8 @@ PREEMPTIBLE_LABEL = "quota.scheduling.koordinator.sh/preemptible"
 CAN_PREEMPT_LABEL = "quota.scheduling.koordinator.sh/can-preempt"
 QUOTA_NAME_LABEL = "quota.scheduling.koordinator.sh/name"
 SOFT_EVICTION_LABEL = "scheduling.koordinator.sh/soft-eviction"
+# Kueue: the annotation its integrations set on the pods of an admitted Workload.
+KUEUE_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
 
 
 class LabelRequirement(msgspec.Struct, frozen=True):
@@ -87,6 +89,7 @@ class Pod(msgspec.Struct, frozen=True):
     terminating: bool = False
     finished: bool = False  # phase Succeeded or Failed: holds no resources
     group: str = ""  # namespace/name of the PodGroup (gang) it belongs to, if any
+    kueue_workload: str = ""  # namespace/name of the Kueue Workload that runs it, if any
 
     @property
     def key(self) -> str:
@@ -169,6 +172,7 @@ class ElasticQuota(msgspec.Struct, frozen=True):
 
 __all__ = [
     "CAN_PREEMPT_LABEL",
+    "KUEUE_WORKLOAD_ANNOTATION",
     "NEVER",
     "PODS",
     "PREEMPTIBLE_LABEL",

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+import msgspec
+
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import NEVER, PODS, Node, Pod, PodGroup
 from gangpreempt.model.queues import PriorityClass
+from gangpreempt.model.scheduling import SchedulingConstraints
+from gangpreempt.placement.fit import unresolvable
 
 
 def add_into(into: dict[str, int], more: Mapping[str, int], sign: int = 1) -> None:
@@ -24,10 +28,13 @@ def pod_demand(pod: Pod) -> dict[str, int]:
     return demand
 
 
+UNLIMITED = 1 << 40
+
+
 class NodeView:
     """One node: allocatable, what is in use, and the pods holding it."""
 
-    __slots__ = ("alloc", "name", "node", "pods", "used")
+    __slots__ = ("_avail", "alloc", "name", "node", "pods", "used")
 
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -35,17 +42,27 @@ class NodeView:
         self.alloc = node.allocatable
         self.used: dict[str, int] = {}
         self.pods: list[Pod] = []
+        self._avail: dict[str, int] | None = None
+
+    def use(self, demand: Mapping[str, int]) -> None:
+        add_into(self.used, demand)
+        self._avail = None
+
+    @property
+    def avail(self) -> dict[str, int]:
+        """Free amount of every resource the node declares (``pods`` unlimited when it
+        declares none); a resource it does not declare is absent (0)."""
+        if self._avail is None:
+            avail = {res: v - self.used.get(res, 0) for res, v in self.alloc.items()}
+            if PODS not in avail:
+                avail[PODS] = UNLIMITED - self.used.get(PODS, 0)
+            self._avail = avail
+        return self._avail
 
     def free(self, resources: Iterable[str]) -> dict[str, int]:
-        """Free amount of each resource; a resource the node does not list is 0, except
-        ``pods`` which is unlimited when the node does not declare it."""
-        out: dict[str, int] = {}
-        for res in resources:
-            if res == PODS and PODS not in self.alloc:
-                out[res] = 1 << 40
-            else:
-                out[res] = self.alloc.get(res, 0) - self.used.get(res, 0)
-        return out
+        """Free amount of each of ``resources`` (0 for one the node does not declare)."""
+        avail = self.avail
+        return {res: avail.get(res, 0) for res in resources}
 
 
 class NodeCluster:
@@ -58,6 +75,11 @@ class NodeCluster:
         self.members: dict[str, list[Pod]] = {}
         self.pod_priority: dict[str, int] = {}
         self.unbound: list[Pod] = []  # running on a node that is not in the snapshot
+        self._demand: dict[str, dict[str, int]] = {}
+        self._allowed: dict[bytes, list[NodeView]] = {}
+        self.nominated: list[Pod] = [
+            p for p in state.pods.values() if p.pending and p.nominated_node
+        ]
         default = state.global_default_priority()
         for key, pod in sorted(state.pods.items()):
             self.pod_priority[key] = self._pod_priority(pod, default)
@@ -70,11 +92,29 @@ class NodeCluster:
                 self.unbound.append(pod)
                 continue
             view.pods.append(pod)
-            add_into(view.used, pod_demand(pod))
+            view.use(self.demand(pod))
         self.group_priority: dict[str, tuple[int, int]] = {
             key: self._group_priorities(group, default)
             for key, group in sorted(state.pod_groups.items())
         }
+
+    def demand(self, pod: Pod) -> dict[str, int]:
+        """``pod_demand``, computed once per pod."""
+        d = self._demand.get(pod.key)
+        if d is None:
+            d = self._demand[pod.key] = pod_demand(pod)
+        return d
+
+    def allowed(self, constraints: SchedulingConstraints) -> list[NodeView]:
+        """Nodes whose selectors, affinity, taints and cordon admit pods with these
+        constraints, in name order (computed once per distinct constraints)."""
+        key = msgspec.json.encode(constraints)
+        nodes = self._allowed.get(key)
+        if nodes is None:
+            nodes = self._allowed[key] = [
+                v for v in self.nodes if unresolvable(constraints, v.node) is None
+            ]
+        return nodes
 
     # -- priorities ---------------------------------------------------------------------
 
@@ -119,15 +159,27 @@ class NodeCluster:
                 )
         return sched, preempt
 
+    def kueue_priority(self, pod: Pod) -> int | None:
+        """The priority of the Kueue Workload running the pod, if it is one's."""
+        wl = self.state.workloads.get(pod.kueue_workload) if pod.kueue_workload else None
+        return self.state.priority_of(wl) if wl is not None else None
+
     def scheduling_priority(self, pod: Pod) -> int:
-        """The priority a pod is scheduled with: its gang's when it is in one."""
+        """The priority a pod is scheduled with: its Kueue Workload's or its gang's when
+        it has one, else its own."""
+        kueue = self.kueue_priority(pod)
+        if kueue is not None:
+            return kueue
         if pod.group and pod.group in self.group_priority:
             return self.group_priority[pod.group][0]
         return self.pod_priority[pod.key]
 
     def preemption_priority(self, pod: Pod) -> int:
-        """The priority a pod is preempted at: its gang's preemption priority when it is
-        in one, else its own."""
+        """The priority a pod is preempted at: its Kueue Workload's, or its gang's
+        preemption priority, else its own."""
+        kueue = self.kueue_priority(pod)
+        if kueue is not None:
+            return kueue
         if pod.group and pod.group in self.group_priority:
             return self.group_priority[pod.group][1]
         return self.pod_priority[pod.key]

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import msgspec
 
 from gangpreempt.model.pods import Pod
-from gangpreempt.placement.cluster import NodeView, pod_demand
-from gangpreempt.placement.fit import fits, take, unresolvable
+from gangpreempt.placement.cluster import NodeCluster
+from gangpreempt.placement.fit import fits, take
 
 Free = dict[str, dict[str, int]]  # node name -> resource -> free amount
 
@@ -29,16 +29,16 @@ class Shape:
         self.pods: list[Pod] = []
 
 
-def shapes_of(pods: Iterable[Pod], nodes: Sequence[NodeView]) -> list[Shape]:
+def shapes_of(pods: Iterable[Pod], cluster: NodeCluster) -> list[Shape]:
     """Group pods by (demand, constraints), largest demand first; ``allowed`` lists the
     nodes (in the given order) whose selectors, affinity, taints and cordon admit them."""
     by_key: dict[bytes, Shape] = {}
     for pod in pods:
-        demand = pod_demand(pod)
+        demand = cluster.demand(pod)
         key = msgspec.json.encode((sorted(demand.items()), pod.scheduling))
         shape = by_key.get(key)
         if shape is None:
-            allowed = [n.name for n in nodes if unresolvable(pod.scheduling, n.node) is None]
+            allowed = [n.name for n in cluster.allowed(pod.scheduling)]
             shape = by_key[key] = Shape(demand, allowed)
         shape.pods.append(pod)
     return sorted(by_key.values(), key=lambda s: sorted(-v for v in s.demand.values()))
@@ -58,9 +58,11 @@ def place(
     limit: Mapping[int, int] | None = None,
 ) -> dict[str, str] | None:
     """Pod ref -> node for every pod of ``shapes`` (``limit[i]``: only that many of shape
-    i), taking from ``free`` (mutated); None when some pod does not fit. ``order[i]``
-    overrides shape i's node order."""
+    i), taking from ``free``; None when some pod does not fit. ``order[i]`` overrides
+    shape i's node order. ``free``'s node entries may be shared with another mapping:
+    each is replaced by a copy before it is first taken from (copy on write)."""
     placement: dict[str, str] = {}
+    owned: set[str] = set()
     for i, shape in enumerate(shapes):
         nodes = order[i] if order is not None and i in order else shape.allowed
         want = len(shape.pods) if limit is None else limit.get(i, len(shape.pods))
@@ -75,6 +77,9 @@ def place(
             if cursor == len(nodes):
                 return None
             name = nodes[cursor]
+            if name not in owned:
+                free[name] = dict(free[name])
+                owned.add(name)
             take(free[name], demand)
             placement[pod.ref] = name
     return placement

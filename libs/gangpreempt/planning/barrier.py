@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import Pod
 from gangpreempt.model.workloads import Workload
 
 
@@ -18,6 +20,43 @@ class LiveObject(msgspec.Struct, frozen=True):
     holds_quota: bool = False
     pending: bool = False
     evicting: bool = False
+
+
+def live_pods(ref: str, pods: list[Pod], uid: str = "", resource_version: str = "") -> LiveObject:
+    """What the source of truth says of a node-level object made of ``pods`` (a pod, a
+    PodGroup, a scheduling.k8s.io Workload): it holds its room while any pod is bound,
+    is pending while any pod waits, and is evicting once every bound pod terminates."""
+    if not pods:
+        return LiveObject(ref=ref, exists=False)
+    bound = [p for p in pods if p.running]
+    return LiveObject(
+        ref=ref,
+        exists=True,
+        uid=uid,
+        resource_version=resource_version,
+        holds_quota=bool(bound),
+        pending=any(p.pending for p in pods),
+        evicting=bool(bound) and all(p.terminating for p in bound),
+    )
+
+
+def live_object(ref: str, state: ClusterState) -> LiveObject:
+    """``ref`` as ``state`` (the source of truth's view) has it: a Kueue Workload, a
+    scheduling.k8s.io Workload, a PodGroup or a Pod."""
+    kind, _, key = ref.partition("/")
+    if kind == "Workload" and key in state.workloads:
+        return live_workload(ref, state.workloads[key])
+    if kind == "Pod":
+        pod = state.pods.get(key)
+        if pod is None:
+            return LiveObject(ref=ref, exists=False)
+        return live_pods(ref, [pod], pod.uid, pod.resource_version)
+    if kind == "PodGroup":
+        return live_pods(ref, [p for p in state.pods.values() if p.group == key])
+    if kind == "Workload":
+        groups = set(state.gang_workload(key))
+        return live_pods(ref, [p for p in state.pods.values() if p.group in groups])
+    return LiveObject(ref=ref, exists=False)
 
 
 def live_workload(ref: str, wl: Workload | None) -> LiveObject:
@@ -39,6 +78,7 @@ class PlannedObject(msgspec.Struct, frozen=True):
     ref: str
     uid: str
     resource_version: str
+    pods: tuple[str, ...] = ()  # node-level victims: each pod must still be on its node
 
 
 def stale_reason(
@@ -67,7 +107,20 @@ def stale_reason(
             )
         if not lv.holds_quota:
             return f"victim {v.ref} no longer holds quota"
+        for pod in v.pods:
+            lp = live.get(pod)
+            if lp is None or not lp.exists:
+                return f"victim pod {pod} no longer exists"
+            if not lp.holds_quota:
+                return f"victim pod {pod} is no longer on a node"
     return None
 
 
-__all__ = ["LiveObject", "PlannedObject", "live_workload", "stale_reason"]
+__all__ = [
+    "LiveObject",
+    "PlannedObject",
+    "live_object",
+    "live_pods",
+    "live_workload",
+    "stale_reason",
+]

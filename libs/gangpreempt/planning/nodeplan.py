@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
+import msgspec
+
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import CAN_PREEMPT_LABEL, NEVER, Pod, PodGroup
-from gangpreempt.placement.cluster import NodeCluster, add_into, pod_demand
+from gangpreempt.placement.cluster import NodeCluster, add_into
 from gangpreempt.placement.gang import Shape, shapes_of
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim, plural
 from gangpreempt.preemption.gang import GangSearch, best, domains
@@ -19,6 +21,15 @@ from gangpreempt.preemption.single import fits_now, search_single
 from gangpreempt.preemption.units import Unit, UnitTable
 
 NODE_REASON = "PreemptionByScheduler"
+
+
+def is_node_level(state: ClusterState, ref: str) -> bool:
+    """Is this preemptor decided on nodes (a pod, a PodGroup, a scheduling.k8s.io
+    Workload) rather than by Kueue quota?"""
+    kind, _, key = ref.partition("/")
+    if kind in ("Pod", "PodGroup"):
+        return True
+    return kind == "Workload" and key not in state.workloads and bool(state.gang_workload(key))
 
 
 class Preemptor:
@@ -191,8 +202,9 @@ class NodePlanner:
             return self._decision(
                 pre, None, "NoFit", PENDING, [], {}, f"does not fit on any node and {refusal}"
             )
-        candidates = self.table.candidates(pre.priority, self._own_units(pre))
-        found, evaluated = search_single(self.cluster, self.table, pod, pre.priority, candidates)
+        found, evaluated = search_single(
+            self.cluster, self.table, pod, pre.priority, self._own_units(pre)
+        )
         if found is None:
             return self._decision(
                 pre,
@@ -212,7 +224,7 @@ class NodePlanner:
         )
 
     def _decide_gang(self, pre: Preemptor, quota: JobQuota | None) -> Decision:
-        shapes = shapes_of(pre.pods, self.cluster.nodes)
+        shapes = shapes_of(pre.pods, self.cluster)
         required = self._required(pre, shapes)
         checks = [quota] if quota is not None else []
         quota_units: set[str] = set()
@@ -310,19 +322,7 @@ class NodePlanner:
         placement: dict[str, str],
         message: str,
     ) -> Decision:
-        out = []
-        for unit in victims:
-            eq = quota_of(self.state, unit.pods[0]) if self.state.elastic_quotas else None
-            out.append(
-                Victim(
-                    object=unit.ref,
-                    reason=NODE_REASON,
-                    pods=sorted(p.ref for p in unit.pods),
-                    queue=eq.ref if eq is not None else "",
-                    priority=unit.priority,
-                    evicting=unit.evicting,
-                )
-            )
+        out = [self._victim(unit) for unit in victims]
         return Decision(
             preemptor=pre.ref,
             queue=quota.quota.ref if quota is not None else "",
@@ -335,14 +335,114 @@ class NodePlanner:
             message=message,
         )
 
+    def _victim(self, unit: Unit) -> Victim:
+        eq = quota_of(self.state, unit.pods[0]) if self.state.elastic_quotas else None
+        return Victim(
+            object=unit.ref,
+            reason=NODE_REASON,
+            pods=sorted(p.ref for p in unit.pods),
+            queue=eq.ref if eq is not None else "",
+            priority=unit.priority,
+            evicting=unit.evicting,
+        )
+
+    # -- Kueue workloads whose pods are known ---------------------------------------------
+
+    def kueue_pods(self, key: str) -> list[Pod]:
+        """The pending pods of Kueue Workload ``namespace/name`` (annotated with it)."""
+        return sorted(
+            (p for p in self.state.pods.values() if p.kueue_workload == key and p.pending),
+            key=lambda p: p.key,
+        )
+
+    def compose(self, d: Decision) -> Decision:
+        """A Kueue decision (Admit, or Preempt with its quota victims) for a Workload whose
+        pods are known, checked on the nodes as well: its pods must be placed once the
+        quota victims are gone; when they do not fit, lower-priority units on the nodes
+        are preempted too (the gang search, with the quota victims forced). The victim
+        set then satisfies both the quota and the nodes; a Workload that cannot be
+        placed preempts nothing. Other decisions are returned as they are."""
+        if d.outcome not in (ADMIT, PREEMPT) or not d.preemptor.startswith("Workload/"):
+            return d
+        key = d.preemptor.split("/", 1)[1]
+        wl = self.state.workloads.get(key)
+        pods = self.kueue_pods(key)
+        if wl is None or not pods:
+            return d
+        priority = self.state.priority_of(wl)
+        forced = [self.table.units[v.object] for v in d.victims if v.object in self.table.units]
+        shapes = shapes_of(pods, self.cluster)
+        required = {i: len(s.pods) for i, s in enumerate(shapes)}
+        search = GangSearch(
+            self.table, shapes, required, [], priority_search=self.priority_search, forced=forced
+        )
+        cluster = domains(self.cluster.nodes, "")[0]
+        placement = search.fits_without_preemption(cluster)
+        extra: list[Unit] = []
+        if placement is None:
+            exclude = {u.ref for u in forced} | self.promised | {d.preemptor}
+            search.candidates = self.table.candidates(priority, exclude)
+            found = search.run(cluster)
+            if found is None:
+                return msgspec.structs.replace(
+                    d,
+                    outcome=PENDING,
+                    victims=[],
+                    placement={},
+                    message=f"{d.message}; but its {plural(len(pods), 'pod')} cannot be "
+                    "placed on the nodes even after preempting every lower-priority "
+                    "candidate there: nothing is preempted",
+                )
+            placement = found.placement
+            extra = found.victims[len(forced) :]
+        victims = [
+            msgspec.structs.replace(v, pods=sorted(p.ref for p in self.table.units[v.object].pods))
+            if v.object in self.table.units
+            else v
+            for v in d.victims
+        ]
+        victims += [self._victim(u) for u in extra]
+        message = f"{d.message}; its {plural(len(placement), 'pod')} are placed on nodes"
+        if extra:
+            message += f" after preempting {plural(len(extra), 'more unit')} there"
+        return msgspec.structs.replace(
+            d,
+            outcome=PREEMPT if victims else ADMIT,
+            victims=victims,
+            placement=dict(sorted(placement.items())),
+            message=message,
+        )
+
+    def hold(self, placement: dict[str, str], victims: Iterable[str]) -> None:
+        """A plan in flight: its placement keeps its room on the nodes (the pods still
+        pending in it), its victims are promised and no one else's candidates."""
+        for ref, node in placement.items():
+            pod = self.state.pods.get(ref.removeprefix("Pod/"))
+            view = self.cluster.by_name.get(node)
+            if pod is not None and pod.pending and view is not None:
+                view.use(self.cluster.demand(pod))
+        self.promised.update(victims)
+
     def commit(self, pre: Preemptor, decision: Decision) -> None:
         """Later preemptors see this one's pods on their nodes and its victims taken."""
         for pod in pre.pods:
             node = decision.placement.get(pod.ref)
             view = self.cluster.by_name.get(node) if node else None
             if view is not None:
-                add_into(view.used, pod_demand(pod))
+                view.use(self.cluster.demand(pod))
         self.promised.update(v.object for v in decision.victims)
+
+
+def with_nodes(planner: NodePlanner, decisions: list[Decision]) -> list[Decision]:
+    """Kueue decisions composed with the nodes (``compose``), each holding its placement
+    and victims for the ones after it."""
+    out = []
+    for d in decisions:
+        d = planner.compose(d)
+        if d.outcome in (ADMIT, PREEMPT):
+            planner.hold(d.placement, [v.object for v in d.victims])
+        out.append(d)
+    return out
 
 
 def node_decisions(planner: NodePlanner) -> list[Decision]:
@@ -355,4 +455,11 @@ def node_decisions(planner: NodePlanner) -> list[Decision]:
     return out
 
 
-__all__ = ["NODE_REASON", "NodePlanner", "Preemptor", "node_decisions"]
+__all__ = [
+    "NODE_REASON",
+    "NodePlanner",
+    "Preemptor",
+    "is_node_level",
+    "node_decisions",
+    "with_nodes",
+]

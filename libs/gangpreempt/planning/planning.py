@@ -10,7 +10,7 @@ from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning.cycle import admission_pass
 from gangpreempt.planning.deciding import decision, evaluate, not_considered, unavailable
 from gangpreempt.planning.decisions import Plan
-from gangpreempt.planning.nodeplan import NodePlanner, node_decisions
+from gangpreempt.planning.nodeplan import NodePlanner, is_node_level, node_decisions, with_nodes
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import Snapshot
 
@@ -63,27 +63,22 @@ def plan_on(
         return _plan(snapshot, workload, excluded, priority_search)
 
 
-def _node_level(state: ClusterState, kind: str, key: str) -> bool:
-    """Is this preemptor decided on nodes (a pod, a PodGroup, a scheduling.k8s.io
-    Workload) rather than by Kueue quota?"""
-    if kind in ("Pod", "PodGroup"):
-        return True
-    return key not in state.workloads and bool(state.gang_workload(key))
-
-
 def _plan(
     snapshot: Snapshot, workload: str | None, excluded: Iterable[str], priority_search: bool
 ) -> Plan:
     state, now = snapshot.state, snapshot.now
+    excluded = list(excluded)
     for key in excluded:
         snapshot.pin(key)
     if workload is None:
         decisions = admission_pass(snapshot)
         if state.pods:
-            decisions += node_decisions(NodePlanner(state, now, priority_search))
+            planner = NodePlanner(state, now, priority_search)
+            planner.promised.update(f"Workload/{key}" for key in excluded)
+            decisions = with_nodes(planner, decisions) + node_decisions(planner)
         return Plan(now=rfc3339(now), decisions=decisions)
-    kind, namespace, name = parse_object_ref(workload)
-    if _node_level(state, kind, f"{namespace}/{name}"):
+    _kind, namespace, name = parse_object_ref(workload)
+    if is_node_level(state, workload):
         planner = NodePlanner(state, now, priority_search)
         return Plan(now=rfc3339(now), decisions=[planner.decide(planner.resolve(workload))])
     wl = state.workloads.get(f"{namespace}/{name}")
@@ -99,7 +94,12 @@ def _plan(
     reason = unavailable(snapshot, pending)
     if reason is not None:
         return Plan(now=rfc3339(now), decisions=[not_considered(pending, reason)])
-    return Plan(now=rfc3339(now), decisions=[decision(evaluate(snapshot, pending))])
+    d = decision(evaluate(snapshot, pending))
+    if state.pods:
+        planner = NodePlanner(state, now, priority_search)
+        planner.promised.update(f"Workload/{key}" for key in excluded)
+        d = planner.compose(d)
+    return Plan(now=rfc3339(now), decisions=[d])
 
 
 def state_warnings(state: ClusterState) -> list[str]:

@@ -20,11 +20,11 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from gangpreempt.placement.cluster import NodeView, pod_demand
+from gangpreempt.placement.cluster import NodeView
 from gangpreempt.placement.fit import fits, take
 from gangpreempt.placement.gang import Free, Shape, copy_free, place
 from gangpreempt.preemption.single import INT32_SHIFT
-from gangpreempt.preemption.units import Unit, UnitTable, pdb_violations
+from gangpreempt.preemption.units import Unit, UnitTable
 
 
 class Check(Protocol):
@@ -87,6 +87,7 @@ class GangSearch:
         checks: Sequence[Check] = (),
         quota_units: Iterable[str] = (),
         priority_search: bool = True,
+        forced: Sequence[Unit] = (),
     ) -> None:
         self.table = table
         self.shapes = shapes
@@ -95,6 +96,7 @@ class GangSearch:
         self.checks = list(checks)
         self.quota_units = set(quota_units)  # units that count in a checked quota
         self.priority_search = priority_search
+        self.forced = list(forced)  # victims chosen already (a Kueue quota decision's)
         self.resources: set[str] = set()
         for s in shapes:
             self.resources.update(s.demand)
@@ -103,16 +105,26 @@ class GangSearch:
     # -- helpers --------------------------------------------------------------------------
 
     def _base(self, domain: Domain) -> Free:
-        return {v.name: v.free(self.resources) for v in domain.nodes}
+        """Free room on the domain's nodes, with the forced victims gone."""
+        base = {v.name: v.free(self.resources) for v in domain.nodes}
+        return self._freed(base, self.forced) if self.forced else base
 
     def _freed(self, base: Free, units: Iterable[Unit]) -> Free:
-        free = copy_free(base)
+        """``base`` with ``units`` gone: a new outer mapping whose node entries are shared
+        with ``base`` except on the nodes the units free (``place`` copies on write)."""
+        free = dict(base)
+        copied: set[str] = set()
+        demand = self.table.cluster.demand
         for unit in units:
             for p in unit.pods:
-                node_free = free.get(p.node_name)
-                if node_free is None:
+                name = p.node_name
+                if name not in free:
                     continue
-                for res, v in pod_demand(p).items():
+                if name not in copied:
+                    free[name] = dict(free[name])
+                    copied.add(name)
+                node_free = free[name]
+                for res, v in demand(p).items():
                     if res in node_free:
                         node_free[res] += v
         return free
@@ -124,6 +136,8 @@ class GangSearch:
         return all(c.fits(keys) for c in self.checks)
 
     def _restrict(self, domain: Domain) -> list[Shape]:
+        if len(domain.nodes) == len(self.table.cluster.nodes):
+            return self.shapes  # the whole cluster
         names = {v.name for v in domain.nodes}
         out = []
         for s in self.shapes:
@@ -164,13 +178,14 @@ class GangSearch:
         if not self.feasible(shapes, base, cands):
             self.skipped.append(f"{domain.name}: does not fit even with every candidate gone")
             return None
-        violating = pdb_violations(cands, self.table.cluster)
+        violating = self.table.pdb_violations(cands)
         cands = self._pdb_reprieval(shapes, base, cands, violating)
         chosen = self._ceiling(shapes, base, cands)
         placement = self._cheap_placement(shapes, base, chosen, violating)
         victims, free = self._reprieve(base, chosen, placement)
         self._place_extra(shapes, free, placement)
-        violating = pdb_violations(victims, self.table.cluster)
+        victims = [*self.forced, *victims]
+        violating = self.table.pdb_violations(victims)
         return GangOutcome(domain.name, placement, victims, len(violating))
 
     def _place_extra(self, shapes: list[Shape], free: Free, placement: dict[str, str]) -> None:
@@ -188,42 +203,43 @@ class GangSearch:
     ) -> list[Unit]:
         if not violating:
             return cands
-        free = self._freed(base, cands)
+        free = copy_free(self._freed(base, cands))
         placement = self._cheap_placement(shapes, base, cands, violating)
         for shape in shapes:
             for pod in shape.pods:
                 node = placement.get(pod.ref)
                 if node is not None:
                     take(free[node], shape.demand)
-        kept: set[str] = set()
-        removed = list(cands)
+        removed = {u.ref: u for u in cands}
         for unit in cands:
-            if unit.ref in violating and self._fits_back(free, unit, removed):
-                kept.add(unit.ref)
-        return [u for u in cands if u.ref not in kept]
+            if unit.ref in violating:
+                self._fits_back(free, unit, removed)
+        return list(removed.values())
 
-    def _fits_back(self, free: Free, unit: Unit, removed: list[Unit]) -> bool:
+    def _fits_back(self, free: Free, unit: Unit, removed: dict[str, Unit]) -> bool:
         """Put ``unit`` back where it runs if every node (and quota) still holds; updates
-        ``free`` and ``removed`` when it does."""
+        ``free`` (its entries must be this search's own) and ``removed`` when it does."""
         back: dict[str, dict[str, int]] = {}
+        demand = self.table.cluster.demand
         for p in unit.pods:
             if p.node_name in free:
                 node_back = back.setdefault(p.node_name, {})
-                for res, v in pod_demand(p).items():
+                for res, v in demand(p).items():
                     if res in self.resources:
                         node_back[res] = node_back.get(res, 0) + v
         for name, need in back.items():
             node_free = free[name]
             for res, v in need.items():
-                if node_free[res] - v < 0 and v > 0:
+                if v > 0 and node_free[res] - v < 0:
                     return False
-        rest = [u for u in removed if u is not unit]
-        if unit.ref in self.quota_units and not self._quota_ok(rest):
-            return False
+        if unit.ref in self.quota_units:
+            rest = [u for ref, u in removed.items() if ref != unit.ref]
+            if not self._quota_ok(rest):
+                return False
         for name, need in back.items():
             for res, v in need.items():
                 free[name][res] -= v
-        removed[:] = rest
+        del removed[unit.ref]
         return True
 
     def _ceiling(self, shapes: list[Shape], base: Free, cands: list[Unit]) -> list[Unit]:
@@ -254,7 +270,7 @@ class GangSearch:
                     lst.append(unit)
         order: dict[int, list[str]] = {}
         for i, shape in enumerate(shapes):
-            costs: list[tuple[tuple[int, int, int, int], str]] = []
+            costs: list[tuple[tuple[int, int, int, int, int], str]] = []
             for name in shape.allowed:
                 cost = self._node_cost(shape, name, base[name], by_node.get(name, []), violating)
                 if cost is not None:
@@ -274,41 +290,44 @@ class GangSearch:
         free: dict[str, int],
         units: list[Unit],
         violating: set[str],
-    ) -> tuple[int, int, int, int] | None:
-        """How bad a node is for one pod of ``shape``: 0 when it fits as things are, else
-        the PDB violations, highest priority and count of the least important units on
-        it whose removal makes room; None when even all of them do not."""
+    ) -> tuple[int, int, int, int, int] | None:
+        """How bad a node is for one pod of ``shape``: 0 when it fits as things are, else,
+        for the least important units on it whose removal makes room: their PDB
+        violations, highest priority, and how many pods they take down in all (a gang
+        unit goes whole, on every node); None when even all of them do not."""
         if fits(shape.demand, free):
-            return (0, 0, 0, 0)
+            return (0, 0, 0, 0, 0)
         room = dict(free)
         highest = units[-1].priority if units else 0
         broken = 0
+        pods = 0
         for taken, unit in enumerate(reversed(units), 1):  # least important first
             for p in unit.pods:
                 if p.node_name == name:
-                    for res, v in pod_demand(p).items():
+                    for res, v in self.table.cluster.demand(p).items():
                         if res in room:
                             room[res] += v
             highest = max(highest, unit.priority)
             broken += unit.ref in violating
+            pods += len(unit.pods)
             if fits(shape.demand, room):
-                return (1, broken, highest, taken)
+                return (1, broken, highest, pods, taken)
         return None
 
     def _reprieve(
         self, base: Free, chosen: list[Unit], placement: dict[str, str]
     ) -> tuple[list[Unit], Free]:
-        free = self._freed(base, chosen)
+        free = copy_free(self._freed(base, chosen))
         for shape in self.shapes:
             for pod in shape.pods:
                 node = placement.get(pod.ref)
                 if node is not None:
                     for res, v in shape.demand.items():
                         free[node][res] -= v
-        removed = list(chosen)
+        removed = {u.ref: u for u in chosen}
         for unit in chosen:  # most important first
             self._fits_back(free, unit, removed)
-        return removed, free
+        return list(removed.values()), free
 
 
 def best(outcomes: Iterable[GangOutcome], now: datetime) -> GangOutcome | None:

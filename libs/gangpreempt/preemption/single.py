@@ -12,13 +12,12 @@ instead of from a random offset, so the answer is reproducible."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 
 from gangpreempt.model.pods import Pod
-from gangpreempt.placement.cluster import NodeCluster, NodeView, add_into, pod_demand
-from gangpreempt.placement.fit import fits, unresolvable
-from gangpreempt.preemption.units import Unit, UnitTable, pdb_violations
+from gangpreempt.placement.cluster import NodeCluster, NodeView, add_into
+from gangpreempt.placement.fit import fits
+from gangpreempt.preemption.units import Unit, UnitTable
 
 MIN_CANDIDATES_ABSOLUTE = 100
 MIN_CANDIDATES_PERCENT = 10
@@ -58,37 +57,40 @@ def nominated_usage(
     """Pending pods nominated to a node with priority >= the preemptor's keep their room
     there (kube-scheduler filters with nominated pods added)."""
     out: dict[str, dict[str, int]] = {}
-    for pod in cluster.state.pods.values():
-        if (
-            pod.pending
-            and pod.nominated_node
-            and pod.key != preemptor.key
-            and cluster.scheduling_priority(pod) >= priority
-        ):
-            add_into(out.setdefault(pod.nominated_node, {}), pod_demand(pod))
+    for pod in cluster.nominated:
+        if pod.key != preemptor.key and cluster.scheduling_priority(pod) >= priority:
+            add_into(out.setdefault(pod.nominated_node, {}), cluster.demand(pod))
     return out
 
 
 def _free(
     view: NodeView, demand: dict[str, int], nominated: dict[str, dict[str, int]]
 ) -> dict[str, int]:
-    free = view.free(demand)
-    for res, v in nominated.get(view.name, {}).items():
-        if res in free:
-            free[res] -= v
+    avail = view.avail
+    free = {res: avail.get(res, 0) for res in demand}
+    taken = nominated.get(view.name)
+    if taken:
+        for res, v in taken.items():
+            if res in free:
+                free[res] -= v
     return free
 
 
-def fits_now(
-    cluster: NodeCluster, pod: Pod, priority: int, nodes: Sequence[NodeView] | None = None
-) -> str | None:
+def fits_now(cluster: NodeCluster, pod: Pod, priority: int) -> str | None:
     """The first node (name order) where the pod fits without preemption, or None."""
-    demand = pod_demand(pod)
+    demand = cluster.demand(pod)
     nominated = nominated_usage(cluster, pod, priority)
-    for view in nodes if nodes is not None else cluster.nodes:
-        if unresolvable(pod.scheduling, view.node) is None and fits(
-            demand, _free(view, demand, nominated)
-        ):
+    items = list(demand.items())
+    for view in cluster.allowed(pod.scheduling):
+        if nominated:
+            if fits(demand, _free(view, demand, nominated)):
+                return view.name
+            continue
+        avail = view.avail
+        for res, amount in items:
+            if amount > 0 and avail.get(res, 0) < amount:
+                break
+        else:
             return view.name
     return None
 
@@ -98,46 +100,38 @@ def select_on_node(
     order: int,
     demand: dict[str, int],
     free: dict[str, int],
-    candidates: list[Unit],
+    candidates: list[tuple[Unit, dict[str, int]]],
     table: UnitTable,
 ) -> NodeCandidate | None:
-    """kube-scheduler's selectVictimsOnNode for one node; ``candidates`` are the units with
-    pods on it, most important first."""
-    if not candidates:
-        return None
+    """kube-scheduler's selectVictimsOnNode for one node; ``candidates`` are the units
+    with pods on it (most important first) and what those pods take there."""
     freed = dict(free)
-    on_node: dict[str, dict[str, int]] = {}
-    for unit in candidates:
-        mine: dict[str, int] = {}
-        for p in unit.pods:
-            if p.node_name == view.name:
-                add_into(mine, pod_demand(p))
-        on_node[unit.ref] = mine
-        for res, v in mine.items():
-            if res in freed:
-                freed[res] += v
+    for _unit, mine in candidates:
+        for res in freed:
+            freed[res] += mine.get(res, 0)
     if not fits(demand, freed):
         return None
-    violating = pdb_violations(candidates, table.cluster)
-    ordered = [u for u in candidates if u.ref in violating] + [
-        u for u in candidates if u.ref not in violating
-    ]
+    violating = table.pdb_violations([u for u, _ in candidates])
+    if violating:
+        ordered = [c for c in candidates if c[0].ref in violating] + [
+            c for c in candidates if c[0].ref not in violating
+        ]
+    else:
+        ordered = candidates
     victims: list[Unit] = []
     n_violating = 0
-    for unit in ordered:
-        mine = on_node[unit.ref]
-        for res, v in mine.items():
-            if res in freed:
-                freed[res] -= v
+    for unit, mine in ordered:
+        for res in freed:
+            freed[res] -= mine.get(res, 0)
         if fits(demand, freed):
             continue  # reprieved
-        for res, v in mine.items():
-            if res in freed:
-                freed[res] += v
+        for res in freed:
+            freed[res] += mine.get(res, 0)
         victims.append(unit)
         if unit.ref in violating:
             n_violating += 1
-    victims.sort(key=Unit.importance)
+    if violating:
+        victims.sort(key=Unit.importance)
     return NodeCandidate(view.name, order, victims, n_violating)
 
 
@@ -146,26 +140,23 @@ def search_single(
     table: UnitTable,
     pod: Pod,
     priority: int,
-    candidates: list[Unit],
+    exclude: frozenset[str] | set[str],
 ) -> tuple[NodeCandidate | None, int]:
     """The best node and its victims for a lone pod (None when no node helps), and how
-    many nodes the dry run evaluated."""
-    demand = pod_demand(pod)
+    many nodes the dry run evaluated. ``exclude``: units that are not candidates."""
+    demand = cluster.demand(pod)
     nominated = nominated_usage(cluster, pod, priority)
-    by_node: dict[str, list[Unit]] = {}
-    for unit in candidates:  # most important first; keep that order per node
-        seen: set[str] = set()
-        for p in unit.pods:
-            if p.node_name not in seen:
-                seen.add(p.node_name)
-                by_node.setdefault(p.node_name, []).append(unit)
+    eligible = table.eligible(priority)
     limit = candidate_limit(len(cluster.nodes))
     found: list[NodeCandidate] = []
     clean = 0
     evaluated = 0
-    for order, view in enumerate(cluster.nodes):
-        units = by_node.get(view.name)
-        if not units or unresolvable(pod.scheduling, view.node) is not None:
+    for order, view in enumerate(cluster.allowed(pod.scheduling)):
+        here = table.on_node.get(view.name)
+        if not here:
+            continue
+        units = [c for c in here if c[0].ref in eligible and c[0].ref not in exclude]
+        if not units:
             continue
         evaluated += 1
         cand = select_on_node(view, order, demand, _free(view, demand, nominated), units, table)

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from gangpreempt.model.pods import PREEMPTIBLE_LABEL, UNIT_GROUP, Pod
 from gangpreempt.model.queues import PriorityClass
-from gangpreempt.placement.cluster import NodeCluster
+from gangpreempt.placement.cluster import NodeCluster, add_into
 
 NON_PREEMPTIBLE = "false"
 
@@ -74,6 +74,8 @@ class UnitTable:
                 group = groups.get(pod.group) if pod.group else None
                 whole = group is not None and group.preemption_mode == UNIT_GROUP
                 ref = group.ref if whole and group is not None else pod.ref
+                if pod.kueue_workload in cluster.state.workloads:
+                    ref, whole = f"Workload/{pod.kueue_workload}", True  # Kueue evicts it whole
                 by_ref.setdefault(ref, []).append(pod)
                 is_group[ref] = whole
         self.units: dict[str, Unit] = {}
@@ -84,6 +86,36 @@ class UnitTable:
             self.units[ref] = unit
             for p in pods:
                 self.of_pod[p.key] = unit
+        self.ordered = sorted(self.units.values(), key=Unit.importance)
+        # node -> (unit, what the unit's pods there take), most important unit first
+        self.on_node: dict[str, list[tuple[Unit, dict[str, int]]]] = {}
+        for unit in self.ordered:
+            here: dict[str, dict[str, int]] = {}
+            for p in unit.pods:
+                add_into(here.setdefault(p.node_name, {}), cluster.demand(p))
+            for node, demand in here.items():
+                self.on_node.setdefault(node, []).append((unit, demand))
+        self._eligible: dict[int, frozenset[str]] = {}
+        # unit -> PDB keys covering each of its pods (kube-scheduler's matching rule)
+        self.covering: dict[str, list[list[str]]] = {}
+        pdbs = list(cluster.state.pdbs.values())
+        if pdbs:
+            for unit in self.ordered:
+                self.covering[unit.ref] = [
+                    [b.key for b in pdbs if b.covers(p) and p.name not in b.disrupted_pods]
+                    for p in unit.pods
+                ]
+
+    def eligible(self, preemptor_priority: int) -> frozenset[str]:
+        """Refs of the units that priority may take (cached per priority)."""
+        refs = self._eligible.get(preemptor_priority)
+        if refs is None:
+            refs = self._eligible[preemptor_priority] = frozenset(
+                u.ref
+                for u in self.ordered
+                if u.priority < preemptor_priority and self.refusal(u, preemptor_priority) is None
+            )
+        return refs
 
     def refusal(self, unit: Unit, preemptor_priority: int) -> str | None:
         """Why ``unit`` may not be preempted by that priority, or None."""
@@ -102,33 +134,24 @@ class UnitTable:
         (by ref: ``PodGroup/ns/name``, ``Pod/ns/name``) that are not candidates: the
         preemptor's own gang, victims promised to others."""
         skip = set(exclude)
-        out = [
-            u
-            for u in self.units.values()
-            if u.ref not in skip and self.refusal(u, preemptor_priority) is None
-        ]
-        out.sort(key=Unit.importance)
-        return out
+        eligible = self.eligible(preemptor_priority)
+        return [u for u in self.ordered if u.ref in eligible and u.ref not in skip]
+
+    def pdb_violations(self, units: Sequence[Unit]) -> set[str]:
+        """kube-scheduler's filterPodsWithPDBViolation over units in the given order: each
+        pod spends one disruption of every budget covering it (unless already disrupted);
+        a unit whose pods overdraw a budget violates it."""
+        if not self.covering:
+            return set()
+        allowed = {b.key: b.disruptions_allowed for b in self.cluster.state.pdbs.values()}
+        violating: set[str] = set()
+        for unit in units:
+            for keys in self.covering.get(unit.ref, ()):
+                for key in keys:
+                    allowed[key] -= 1
+                    if allowed[key] < 0:
+                        violating.add(unit.ref)
+        return violating
 
 
-def pdb_violations(units: Sequence[Unit], cluster: NodeCluster) -> set[str]:
-    """kube-scheduler's filterPodsWithPDBViolation over units in the given order: each pod
-    spends one disruption of every budget covering it (unless already disrupted); a unit
-    whose pods overdraw a budget violates it."""
-    pdbs = list(cluster.state.pdbs.values())
-    if not pdbs:
-        return set()
-    allowed = {pdb.key: pdb.disruptions_allowed for pdb in pdbs}
-    violating: set[str] = set()
-    for unit in units:
-        for pod in unit.pods:
-            for pdb in pdbs:
-                if not pdb.covers(pod) or pod.name in pdb.disrupted_pods:
-                    continue
-                allowed[pdb.key] -= 1
-                if allowed[pdb.key] < 0:
-                    violating.add(unit.ref)
-    return violating
-
-
-__all__ = ["Unit", "UnitTable", "pdb_violations", "tolerates"]
+__all__ = ["Unit", "UnitTable", "tolerates"]

@@ -1,0 +1,114 @@
+"""Checks of a node-level plan after it was computed: quota's confirmation against the
+live state and the plans in flight, and the actuator's gang barrier (a node for every
+pod the gang needs)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import Pod
+
+
+class NodeVictim(msgspec.Struct, frozen=True):
+    ref: str  # Pod/ns/name or PodGroup/ns/name
+    uid: str  # the pod's uid for a single-pod unit, else ""
+    pods: tuple[str, ...]
+
+
+def _pod(state: ClusterState, ref: str) -> Pod | None:
+    return state.pods.get(ref.removeprefix("Pod/"))
+
+
+def preemptor_groups(state: ClusterState, ref: str) -> list[str]:
+    """The pod group keys a node-level preemptor stands for (none for a lone pod)."""
+    kind, _, key = ref.partition("/")
+    if kind == "PodGroup":
+        return [key] if key in state.pod_groups else []
+    if kind == "Workload":
+        return list(state.gang_workload(key))
+    pod = state.pods.get(key)
+    return [pod.group] if pod is not None and pod.group in state.pod_groups else []
+
+
+def placement_gap(state: ClusterState, preemptor: str, placement: Mapping[str, str]) -> str | None:
+    """The gang barrier: why ``placement`` does not give every group of the preemptor
+    its minCount (pods already running count), or None."""
+    groups = preemptor_groups(state, preemptor)
+    if not groups:
+        pod = _pod(state, preemptor)
+        if pod is not None and preemptor not in placement:
+            return f"no node for {preemptor}"
+        return None
+    for key in groups:
+        group = state.pod_groups[key]
+        members = [p for p in state.pods.values() if p.group == key]
+        running = sum(1 for p in members if p.running and not p.terminating)
+        placed = sum(1 for p in members if p.pending and p.ref in placement)
+        if running + placed < group.min_count:
+            return (
+                f"{group.ref} would have {running + placed} of its minCount "
+                f"{group.min_count} pods on nodes"
+            )
+    return None
+
+
+def node_rejection(
+    state: ClusterState,
+    plan_id: str,
+    preemptor: str,
+    victims: Sequence[NodeVictim],
+    placement: Mapping[str, str],
+    claimed: Mapping[str, str],
+) -> str | None:
+    """Why a node-level plan must not be confirmed, or None: the preemptor's placed pods
+    are still pending, every placement node exists, every victim pod is the same one and
+    still on its node, and no victim is promised to another plan."""
+    if not placement:
+        return f"plan places no pod of {preemptor}"
+    for ref, node in placement.items():
+        pod = _pod(state, ref)
+        if pod is None:
+            return f"preemptor pod {ref} no longer exists"
+        if not pod.pending:
+            return f"preemptor pod {ref} is no longer pending"
+        if node not in state.nodes:
+            return f"node {node} no longer exists"
+    gap = placement_gap(state, preemptor, placement)
+    if gap is not None:
+        return gap
+    return victim_rejection(state, plan_id, victims, claimed)
+
+
+def victim_rejection(
+    state: ClusterState,
+    plan_id: str,
+    victims: Sequence[NodeVictim],
+    claimed: Mapping[str, str],
+) -> str | None:
+    """Why node-level victims cannot be taken any more, or None: each is promised to no
+    other plan and each of its pods is the same one and still on its node."""
+    for v in victims:
+        owner = claimed.get(v.ref, plan_id)
+        if owner != plan_id:
+            return f"victim {v.ref} is already claimed by plan {owner}"
+        for ref in v.pods:
+            pod = _pod(state, ref)
+            if pod is None:
+                return f"victim pod {ref} no longer exists"
+            if v.uid and ref == v.ref and pod.uid and pod.uid != v.uid:
+                return f"victim {ref} was replaced (uid {pod.uid})"
+            if not pod.running:
+                return f"victim pod {ref} is no longer on a node"
+    return None
+
+
+__all__ = [
+    "NodeVictim",
+    "node_rejection",
+    "placement_gap",
+    "preemptor_groups",
+    "victim_rejection",
+]

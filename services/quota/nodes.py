@@ -1,0 +1,203 @@
+"""quota's node-level side: pending pods and gangs (PodGroups, scheduling.k8s.io
+Workloads) decided on nodes, with the same saga as Kueue workloads.
+
+A node-level preemptor is keyed by its ref (``PodGroup/ns/name``) in the quota service's
+flights. While its plan is in flight (confirmed, or its victims terminating), its
+placement keeps its room on the nodes, its victims are promised to it, and no new
+preemption is requested for it (KEP-5710 "no new preemption while one is in flight",
+Koordinator's in-flight cache)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+import msgspec
+
+from gangpreempt import events
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.planning.decisions import Decision
+from gangpreempt.planning.nodeconfirm import NodeVictim, node_rejection, victim_rejection
+from gangpreempt.planning.nodeplan import NodePlanner
+from services.quota.flights import ACTUATED, Flights
+
+
+class NodePlanHeld(msgspec.Struct, frozen=True):
+    plan_id: str
+    preemptor: str
+    placement: dict[str, str]
+    victims: tuple[str, ...]  # unit refs
+    pods: tuple[str, ...]  # every victim pod
+
+
+class NodeBook:
+    """Confirmed node-level plans, by preemptor ref."""
+
+    def __init__(self) -> None:
+        self.plans: dict[str, NodePlanHeld] = {}
+
+    def claimed(self) -> dict[str, str]:
+        """Victim unit ref -> the plan it is promised to."""
+        return {v: p.plan_id for p in self.plans.values() for v in p.victims}
+
+    def prune(self, flights: Flights) -> None:
+        """Forget plans whose flight ended (failed, dropped, or done)."""
+        for ref, held in list(self.plans.items()):
+            flight = flights.by_preemptor.get(ref)
+            if flight is None or flight.plan is None or flight.plan.plan_id != held.plan_id:
+                del self.plans[ref]
+
+    def confirm(self, state: ClusterState, p: events.PlanProposed) -> str | None:
+        """Why the proposed node-level plan is rejected, or None (then it is held)."""
+        victims = [NodeVictim(v.object, v.uid, v.pods) for v in p.victims]
+        reason = node_rejection(state, p.plan_id, p.preemptor, victims, p.placement, self.claimed())
+        if reason is None:
+            self.plans[p.preemptor] = NodePlanHeld(
+                p.plan_id,
+                p.preemptor,
+                dict(p.placement),
+                tuple(v.object for v in p.victims),
+                tuple(pod for v in p.victims for pod in v.pods),
+            )
+        return reason
+
+    def confirm_kueue(self, state: ClusterState, key: str, p: events.PlanProposed) -> str | None:
+        """A Kueue plan whose workload's pods are known: its node victims (and the pods of
+        its Workload victims) must still be there; then its placement is held too."""
+        if not p.placement:
+            return None
+        victims = [NodeVictim(v.object, "", v.pods) for v in p.victims if v.pods]
+        reason = victim_rejection(state, p.plan_id, victims, self.claimed())
+        if reason is None:
+            self.plans[key] = NodePlanHeld(
+                p.plan_id,
+                p.preemptor,
+                dict(p.placement),
+                tuple(v.object for v in p.victims),
+                tuple(pod for v in p.victims for pod in v.pods),
+            )
+        return reason
+
+    def end(self, preemptor: str) -> None:
+        self.plans.pop(preemptor, None)
+
+    def settle(self, state: ClusterState, flights: Flights) -> None:
+        """End flights whose preemptor is placed or gone, and those whose victims have
+        all left (the preemptor is then evaluated again: its room is free)."""
+        self.prune(flights)
+        for ref, flight in list(flights.by_preemptor.items()):
+            if not is_node_ref(ref):
+                continue  # a Kueue workload (namespace/name)
+            held = self.plans.get(ref)
+            if not _still_pending(state, ref, held):
+                flights.end(ref)
+                self.end(ref)
+                continue
+            if (
+                flight.status == ACTUATED
+                and held is not None
+                and all(pod.removeprefix("Pod/") not in state.pods for pod in held.pods)
+            ):
+                flights.end(ref)
+                self.end(ref)
+
+    def planner(self, state: ClusterState, now: datetime) -> NodePlanner:
+        planner = NodePlanner(state, now)
+        for held in self.plans.values():
+            planner.hold(held.placement, held.victims)
+        return planner
+
+
+def is_node_ref(key: str) -> bool:
+    """Flights are keyed ``namespace/name`` for Kueue workloads and by the whole ref
+    (``Kind/namespace/name``) for node-level preemptors."""
+    return key.count("/") == 2
+
+
+def _still_pending(state: ClusterState, ref: str, held: NodePlanHeld | None) -> bool:
+    kind, _, key = ref.partition("/")
+    if kind == "Pod":
+        pod = state.pods.get(key)
+        return pod is not None and pod.pending
+    if held is not None:
+        return any(
+            (pod := state.pods.get(r.removeprefix("Pod/"))) is not None and pod.pending
+            for r in held.placement
+        )
+    groups = [key] if kind == "PodGroup" else list(state.gang_workload(key))
+    return any(p.pending for p in state.pods.values() if p.group in groups)
+
+
+def node_events(
+    planner: NodePlanner,
+    flights: Flights,
+    seq: int,
+    now: datetime,
+    new_request_id: Callable[[], str],
+    fresh: Callable[[str, tuple[str, ...]], bool],
+) -> list[events.Event]:
+    """One node-level pass: every pending pod and gang without a plan in flight, in
+    queue order, each seeing the room the ones before it took."""
+    outbox: list[events.Event] = []
+    for pre in planner.pending():
+        if pre.ref in flights.by_preemptor:
+            continue
+        d = planner.decide(pre)
+        planner.commit(pre, d)
+        # The same decision is published once per incarnation of the preemptor's pods.
+        pods = tuple(sorted(f"{p.key}:{p.uid}:{p.resource_version}" for p in pre.pods))
+        if d.outcome == "Admit":
+            signature = ("Admit", *pods, *sorted(f"{k}={v}" for k, v in d.placement.items()))
+            if fresh(pre.ref, signature):
+                outbox.append(_admitted(d, now, seq))
+        elif d.outcome == "Preempt":
+            if not flights.may_request(pre.ref, seq):
+                continue
+            request_id = new_request_id()
+            flights.start(pre.ref, request_id)
+            fresh(pre.ref, ("Preempt", request_id))
+            outbox.append(
+                events.PreemptionRequested(
+                    id=request_id,
+                    occurred_at=now,
+                    request_id=request_id,
+                    workload=pre.ref,
+                    uid="",
+                    resource_version="",
+                    cluster_queue=d.queue,
+                    priority=pre.priority,
+                    flavors={},
+                    claimed=tuple(sorted(planner.promised - {v.object for v in d.victims})),
+                    state_seq=seq,
+                )
+            )
+        elif fresh(pre.ref, ("Pending", *pods, d.message)):
+            outbox.append(
+                events.Pending(
+                    id=events.stable_id("pending", pre.ref, seq, d.message),
+                    occurred_at=now,
+                    workload=pre.ref,
+                    uid="",
+                    cluster_queue=d.queue,
+                    mode=d.mode,
+                    message=d.message,
+                )
+            )
+    return outbox
+
+
+def _admitted(d: Decision, now: datetime, seq: int) -> events.Admitted:
+    return events.Admitted(
+        # The STATE sequence makes the id unique per decision: the same placement decided
+        # again for a new incarnation must not be dropped as a duplicate by the stream.
+        id=events.stable_id("admitted", d.preemptor, seq, *sorted(d.placement.items())),
+        occurred_at=now,
+        workload=d.preemptor,
+        uid="",
+        cluster_queue=d.queue,
+        pod_sets=(),
+        placement=dict(d.placement),
+    )
+
+
+__all__ = ["NodeBook", "NodePlanHeld", "is_node_ref", "node_events"]
