@@ -20,20 +20,24 @@ def run(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def readme_plan_example() -> tuple[list[str], dict]:
-    """The README's ``gangpreempt plan`` command and the JSON printed under it."""
+def readme_plan_examples() -> list[tuple[list[str], dict]]:  # type: ignore[type-arg]
+    """The README's ``gangpreempt plan`` commands and the JSON printed under each."""
     text = (ROOT / "README.md").read_text()
-    m = re.search(r"```console\n\$ (gangpreempt plan [^\n]+)\n(\{.*?\n\})\n```", text, re.S)
-    assert m, "README has no console example of gangpreempt plan with its JSON output"
-    return m.group(1).split()[1:], json.loads(m.group(2))
+    found = re.findall(r"```console\n\$ (gangpreempt plan [^\n]+)\n(\{.*?\n\})\n```", text, re.S)
+    assert found, "README has no console example of gangpreempt plan with its JSON output"
+    return [(cmd.split()[1:], json.loads(out)) for cmd, out in found]
 
 
-def test_readme_plan_example_prints_what_the_readme_says(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_readme_plan_examples_print_what_the_readme_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.chdir(ROOT)
-    args, expected = readme_plan_example()
-    code, out, _err = run(*args)
-    assert code == 0
-    assert json.loads(out) == expected
+    examples = readme_plan_examples()
+    assert len(examples) >= 2  # the quota level and the node level
+    for args, expected in examples:
+        code, out, _err = run(*args)
+        assert code == 0, args
+        assert json.loads(out) == expected, args
 
 
 def test_json_has_exactly_the_documented_keys() -> None:
