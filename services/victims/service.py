@@ -17,12 +17,36 @@ import structlog
 from gangpreempt import events
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.errors import InvalidInput
-from gangpreempt.planning import plan_on
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import Pod
+from gangpreempt.model.workloads import Workload
+from gangpreempt.planning import Victim, plan_on
 from gangpreempt.planning.nodeplan import NodePlanner, is_node_level
 from services.livestate import LiveState, key_of
 from services.runtime import ServiceContext
 
 log = structlog.get_logger("gangpreempt.victims")
+
+
+def planned(state: ClusterState, v: Victim) -> events.PlannedVictim:
+    """A decision's victim as the plan carries it: the incarnation it was chosen in (a
+    Kueue Workload's or a lone pod's uid and resourceVersion) and its pods."""
+    kind, _, key = v.object.partition("/")
+    obj: Workload | Pod | None = None
+    if kind == "Workload":
+        obj = state.workloads.get(key)
+    elif kind == "Pod":
+        obj = state.pods.get(key)
+    return events.PlannedVictim(
+        object=v.object,
+        uid=obj.uid if obj is not None else "",
+        resource_version=obj.resource_version if obj is not None else "",
+        reason=v.reason,
+        cluster_queue=v.queue.removeprefix("ClusterQueue/"),
+        priority=v.priority,
+        evicting=v.evicting,
+        pods=tuple(v.pods),
+    )
 
 
 class Victims:
@@ -68,20 +92,7 @@ class Victims:
         ).decisions[0]
         if decision.outcome != "Preempt":
             return infeasible(f"{decision.outcome}: {decision.message}")
-        victims = []
-        for v in decision.victims:
-            victim = state.workloads[key_of(v.object)]
-            victims.append(
-                events.PlannedVictim(
-                    object=v.object,
-                    uid=victim.uid,
-                    resource_version=victim.resource_version,
-                    reason=v.reason,
-                    cluster_queue=v.queue.removeprefix("ClusterQueue/"),
-                    priority=v.priority,
-                    evicting=v.evicting,
-                )
-            )
+        victims = [planned(state, v) for v in decision.victims]
         log.info("plan proposed", workload=req.workload, plan_id=plan_id, victims=len(victims))
         return events.PlanProposed(
             id=f"proposed-{plan_id}",
@@ -116,21 +127,7 @@ class Victims:
             return infeasible(str(exc))
         if decision.outcome != "Preempt":
             return infeasible(f"{decision.outcome}: {decision.message}")
-        victims = []
-        for v in decision.victims:
-            pod = state.pods.get(key_of(v.object)) if v.object.startswith("Pod/") else None
-            victims.append(
-                events.PlannedVictim(
-                    object=v.object,
-                    uid=pod.uid if pod is not None else "",
-                    resource_version=pod.resource_version if pod is not None else "",
-                    reason=v.reason,
-                    cluster_queue=v.queue,
-                    priority=v.priority,
-                    evicting=v.evicting,
-                    pods=tuple(v.pods),
-                )
-            )
+        victims = [planned(state, v) for v in decision.victims]
         log.info("plan proposed", preemptor=req.workload, plan_id=plan_id, victims=len(victims))
         return events.PlanProposed(
             id=f"proposed-{plan_id}",

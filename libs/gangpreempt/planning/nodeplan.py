@@ -91,6 +91,10 @@ class NodePlanner:
             return self._gang(ref, groups)
         raise InvalidInput(f"--workload: {ref} not found in the manifests")
 
+    def _kueue_pending(self, pod: Pod) -> bool:
+        wl = self.state.workloads.get(pod.kueue_workload) if pod.kueue_workload else None
+        return wl is not None and wl.is_pending
+
     def pending(self) -> list[Preemptor]:
         """Every pending lone pod and every gang with pending pods, highest priority
         first, then by name (the order kube-scheduler's queue would pop them)."""
@@ -98,7 +102,7 @@ class NodePlanner:
         seen_workloads: set[str] = set()
         for key, pods in sorted(self.cluster.members.items()):
             group = self.state.pod_groups.get(key)
-            if group is None or not any(p.pending for p in pods):
+            if group is None or not any(p.pending and not self._kueue_pending(p) for p in pods):
                 continue
             if group.workload:
                 if group.workload in seen_workloads:
@@ -112,6 +116,8 @@ class NodePlanner:
             else:
                 out.append(self._gang(group.ref, [key]))
         for key, pod in sorted(self.state.pods.items()):
+            if self._kueue_pending(pod):
+                continue  # decided with its Kueue Workload (``compose``)
             if pod.pending and not (pod.group and pod.group in self.state.pod_groups):
                 out.append(Preemptor(pod.ref, [pod], [], self.cluster.pod_priority[key]))
         out.sort(key=lambda p: -p.priority)
