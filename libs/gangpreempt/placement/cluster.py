@@ -4,7 +4,8 @@ preemption priority resolved (PriorityClass, ``globalDefault``, gang priorities)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 
@@ -34,7 +35,7 @@ UNLIMITED = 1 << 40
 class NodeView:
     """One node: allocatable, what is in use, and the pods holding it."""
 
-    __slots__ = ("_avail", "alloc", "name", "node", "pods", "used")
+    __slots__ = ("_avail", "alloc", "name", "node", "on_change", "pods", "used")
 
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -43,10 +44,13 @@ class NodeView:
         self.used: dict[str, int] = {}
         self.pods: list[Pod] = []
         self._avail: dict[str, int] | None = None
+        self.on_change: Callable[[], None] | None = None
 
     def use(self, demand: Mapping[str, int]) -> None:
         add_into(self.used, demand)
         self._avail = None
+        if self.on_change is not None:
+            self.on_change()
 
     @property
     def avail(self) -> dict[str, int]:
@@ -77,6 +81,7 @@ class NodeCluster:
         self.unbound: list[Pod] = []  # running on a node that is not in the snapshot
         self._demand: dict[str, dict[str, int]] = {}
         self._allowed: dict[bytes, list[NodeView]] = {}
+        self._allowed_names: dict[bytes, frozenset[str]] = {}
         self.nominated: list[Pod] = [
             p for p in state.pods.values() if p.pending and p.nominated_node
         ]
@@ -93,6 +98,9 @@ class NodeCluster:
                 continue
             view.pods.append(pod)
             view.use(self.demand(pod))
+        self._by_free: dict[str, tuple[list[int], list[int]]] = {}
+        for view in self.nodes:
+            view.on_change = self._by_free.clear
         self.group_priority: dict[str, tuple[int, int]] = {
             key: self._group_priorities(group, default)
             for key, group in sorted(state.pod_groups.items())
@@ -105,6 +113,13 @@ class NodeCluster:
             d = self._demand[pod.key] = pod_demand(pod)
         return d
 
+    def allowed_names(self, constraints: SchedulingConstraints) -> frozenset[str]:
+        key = msgspec.json.encode(constraints)
+        names = self._allowed_names.get(key)
+        if names is None:
+            names = self._allowed_names[key] = frozenset(v.name for v in self.allowed(constraints))
+        return names
+
     def allowed(self, constraints: SchedulingConstraints) -> list[NodeView]:
         """Nodes whose selectors, affinity, taints and cordon admit pods with these
         constraints, in name order (computed once per distinct constraints)."""
@@ -115,6 +130,32 @@ class NodeCluster:
                 v for v in self.nodes if unresolvable(constraints, v.node) is None
             ]
         return nodes
+
+    def with_room(self, demand: Mapping[str, int]) -> list[int]:
+        """Positions (in ``nodes``) of the nodes with at least ``demand`` free, ascending.
+        Each resource keeps its nodes sorted by free amount (rebuilt after a node's use
+        changes), so only the nodes with room for the scarcest requested resource are
+        looked at, not every node."""
+        best: list[int] | None = None
+        for res, amount in demand.items():
+            if amount <= 0:
+                continue
+            index = self._by_free.get(res)
+            if index is None:
+                ranked = sorted((v.avail.get(res, 0), i) for i, v in enumerate(self.nodes))
+                index = self._by_free[res] = ([a for a, _ in ranked], [i for _, i in ranked])
+            amounts, positions = index
+            start = bisect_left(amounts, amount)
+            if best is None or len(positions) - start < len(best):
+                best = positions[start:]
+        if best is None:
+            return list(range(len(self.nodes)))
+        nodes = self.nodes
+        return sorted(
+            i
+            for i in best
+            if all(a <= 0 or nodes[i].avail.get(r, 0) >= a for r, a in demand.items())
+        )
 
     # -- priorities ---------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from typing import Protocol
 from gangpreempt.placement.cluster import NodeView
 from gangpreempt.placement.fit import fits, take
 from gangpreempt.placement.gang import Free, Shape, copy_free, place
-from gangpreempt.preemption.single import INT32_SHIFT
+from gangpreempt.preemption.single import victim_score
 from gangpreempt.preemption.units import Unit, UnitTable
 
 
@@ -66,13 +66,7 @@ class GangOutcome:
         self.violations = violations
 
     def score(self, now: datetime) -> tuple[int, int, int, int, float]:
-        if not self.victims:
-            return (0, -(2**40), 0, 0, 0.0)
-        highest = max(u.priority for u in self.victims)
-        pods = [(u.priority, p) for u in self.victims for p in u.pods]
-        total = sum(prio + INT32_SHIFT for prio, _ in pods)
-        earliest = min((p.start_time or now) for prio, p in pods if prio == highest)
-        return (self.violations, highest, total, len(pods), -earliest.timestamp())
+        return victim_score(self.victims, self.violations, now)
 
 
 class GangSearch:
@@ -101,31 +95,38 @@ class GangSearch:
         for s in shapes:
             self.resources.update(s.demand)
         self.skipped: list[str] = []  # why domains were skipped, for the message
+        self._bases: dict[str, Free] = {}
 
     # -- helpers --------------------------------------------------------------------------
 
     def _base(self, domain: Domain) -> Free:
-        """Free room on the domain's nodes, with the forced victims gone."""
-        base = {v.name: v.free(self.resources) for v in domain.nodes}
-        return self._freed(base, self.forced) if self.forced else base
+        """Free room on the domain's nodes, with the forced victims gone (computed once
+        per domain; never mutated: every user copies on write)."""
+        base = self._bases.get(domain.name)
+        if base is None:
+            base = {v.name: v.free(self.resources) for v in domain.nodes}
+            if self.forced:
+                base = self._freed(base, self.forced)
+            self._bases[domain.name] = base
+        return base
 
     def _freed(self, base: Free, units: Iterable[Unit]) -> Free:
         """``base`` with ``units`` gone: a new outer mapping whose node entries are shared
         with ``base`` except on the nodes the units free (``place`` copies on write)."""
         free = dict(base)
         copied: set[str] = set()
-        demand = self.table.cluster.demand
+        nodes_of = self.table.nodes_of
         for unit in units:
-            for p in unit.pods:
-                name = p.node_name
-                if name not in free:
+            for name, taken in nodes_of[unit.ref]:
+                node_free = free.get(name)
+                if node_free is None:
                     continue
                 if name not in copied:
-                    free[name] = dict(free[name])
+                    node_free = free[name] = dict(node_free)
                     copied.add(name)
-                node_free = free[name]
-                for res, v in demand(p).items():
-                    if res in node_free:
+                for res in node_free:
+                    v = taken.get(res)
+                    if v:
                         node_free[res] += v
         return free
 
@@ -160,7 +161,7 @@ class GangSearch:
         if not self._quota_ok(()):
             return None
         shapes = self._restrict(domain)
-        free = self._base(domain)
+        free = dict(self._base(domain))  # place() replaces entries of the outer mapping
         placement = self._place(shapes, free)
         if placement is not None:
             self._place_extra(shapes, free, placement)
@@ -169,12 +170,14 @@ class GangSearch:
     def run(self, domain: Domain) -> GangOutcome | None:
         shapes = self._restrict(domain)
         base = self._base(domain)
-        names = set(base)
-        cands = [
-            u
-            for u in self.candidates
-            if u.ref in self.quota_units or any(p.node_name in names for p in u.pods)
-        ]
+        if len(base) == len(self.table.cluster.nodes):
+            cands = self.candidates
+        else:
+            cands = [
+                u
+                for u in self.candidates
+                if u.ref in self.quota_units or any(p.node_name in base for p in u.pods)
+            ]
         if not self.feasible(shapes, base, cands):
             self.skipped.append(f"{domain.name}: does not fit even with every candidate gone")
             return None
@@ -219,26 +222,21 @@ class GangSearch:
     def _fits_back(self, free: Free, unit: Unit, removed: dict[str, Unit]) -> bool:
         """Put ``unit`` back where it runs if every node (and quota) still holds; updates
         ``free`` (its entries must be this search's own) and ``removed`` when it does."""
-        back: dict[str, dict[str, int]] = {}
-        demand = self.table.cluster.demand
-        for p in unit.pods:
-            if p.node_name in free:
-                node_back = back.setdefault(p.node_name, {})
-                for res, v in demand(p).items():
-                    if res in self.resources:
-                        node_back[res] = node_back.get(res, 0) + v
-        for name, need in back.items():
+        back = [(name, taken) for name, taken in self.table.nodes_of[unit.ref] if name in free]
+        for name, taken in back:
             node_free = free[name]
-            for res, v in need.items():
+            for res in node_free:
+                v = taken.get(res, 0)
                 if v > 0 and node_free[res] - v < 0:
                     return False
         if unit.ref in self.quota_units:
             rest = [u for ref, u in removed.items() if ref != unit.ref]
             if not self._quota_ok(rest):
                 return False
-        for name, need in back.items():
-            for res, v in need.items():
-                free[name][res] -= v
+        for name, taken in back:
+            node_free = free[name]
+            for res in node_free:
+                node_free[res] -= taken.get(res, 0)
         del removed[unit.ref]
         return True
 
@@ -262,19 +260,23 @@ class GangSearch:
     ) -> dict[str, str]:
         """Place the gang with ``chosen`` gone, trying first the nodes where a pod fits
         as things are, then those whose cheapest sufficient victims are least important."""
-        by_node: dict[str, list[Unit]] = {}
+        # node -> (unit, what it takes there) for the chosen units, most important first
+        by_node: dict[str, list[tuple[Unit, dict[str, int]]]] = {}
         for unit in chosen:
-            for p in unit.pods:
-                lst = by_node.setdefault(p.node_name, [])
-                if not lst or lst[-1] is not unit:
-                    lst.append(unit)
+            for name, taken in self.table.nodes_of[unit.ref]:
+                by_node.setdefault(name, []).append((unit, taken))
         order: dict[int, list[str]] = {}
         for i, shape in enumerate(shapes):
             costs: list[tuple[tuple[int, int, int, int, int], str]] = []
             for name in shape.allowed:
-                cost = self._node_cost(shape, name, base[name], by_node.get(name, []), violating)
-                if cost is not None:
-                    costs.append((cost, name))
+                units = by_node.get(name)
+                free = base[name]
+                if fits(shape.demand, free):
+                    costs.append(((0, 0, 0, 0, 0), name))
+                elif units:
+                    cost = self._node_cost(shape, free, units, violating)
+                    if cost is not None:
+                        costs.append((cost, name))
             costs.sort()
             order[i] = [name for _, name in costs]
         placement = self._place(shapes, self._freed(base, chosen), order)
@@ -283,35 +285,29 @@ class GangSearch:
         assert placement is not None
         return placement
 
+    @staticmethod
     def _node_cost(
-        self,
         shape: Shape,
-        name: str,
         free: dict[str, int],
-        units: list[Unit],
+        units: list[tuple[Unit, dict[str, int]]],
         violating: set[str],
     ) -> tuple[int, int, int, int, int] | None:
-        """How bad a node is for one pod of ``shape``: 0 when it fits as things are, else,
-        for the least important units on it whose removal makes room: their PDB
+        """How bad a node where a pod of ``shape`` does not fit as things are is for it:
+        for the least important units on it whose removal makes room, their PDB
         violations, highest priority, and how many pods they take down in all (a gang
         unit goes whole, on every node); None when even all of them do not."""
-        if fits(shape.demand, free):
-            return (0, 0, 0, 0, 0)
         room = dict(free)
-        highest = units[-1].priority if units else 0
+        highest = units[-1][0].priority
         broken = 0
         pods = 0
-        for taken, unit in enumerate(reversed(units), 1):  # least important first
-            for p in unit.pods:
-                if p.node_name == name:
-                    for res, v in self.table.cluster.demand(p).items():
-                        if res in room:
-                            room[res] += v
+        for count, (unit, taken) in enumerate(reversed(units), 1):  # least important first
+            for res in room:
+                room[res] += taken.get(res, 0)
             highest = max(highest, unit.priority)
             broken += unit.ref in violating
             pods += len(unit.pods)
             if fits(shape.demand, room):
-                return (1, broken, highest, pods, taken)
+                return (1, broken, highest, pods, count)
         return None
 
     def _reprieve(

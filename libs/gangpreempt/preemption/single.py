@@ -37,13 +37,22 @@ class NodeCandidate:
 
     def score(self, now: datetime) -> tuple[int, int, int, int, float, int]:
         """Lower is better (pickOneNodeForPreemption's criteria in order)."""
-        if not self.victims:
-            return (0, -(2**40), 0, 0, 0.0, self.order)
-        highest = max(u.priority for u in self.victims)
-        pods = [(u.priority, p) for u in self.victims for p in u.pods]
-        total = sum(prio + INT32_SHIFT for prio, _ in pods)
-        earliest = min((p.start_time or now) for prio, p in pods if prio == highest)
-        return (self.violations, highest, total, len(pods), -earliest.timestamp(), self.order)
+        return (*victim_score(self.victims, self.violations, now), self.order)
+
+
+def victim_score(
+    victims: list[Unit], violations: int, now: datetime
+) -> tuple[int, int, int, int, float]:
+    """pickOneNodeForPreemption's criteria, lower is better: PDB violations, highest
+    victim priority, sum over victim pods of (priority + 2^31), victim pods, and the
+    latest start of the highest-priority victims (negated)."""
+    if not victims:
+        return (0, -(2**40), 0, 0, 0.0)
+    highest = max(u.priority for u in victims)
+    n_pods = sum(len(u.pods) for u in victims)
+    total = sum((u.priority + INT32_SHIFT) * len(u.pods) for u in victims)
+    earliest = min(u.start for u in victims if u.priority == highest)
+    return (violations, highest, total, n_pods, -earliest.timestamp())
 
 
 def candidate_limit(n_nodes: int) -> int:
@@ -80,17 +89,12 @@ def fits_now(cluster: NodeCluster, pod: Pod, priority: int) -> str | None:
     """The first node (name order) where the pod fits without preemption, or None."""
     demand = cluster.demand(pod)
     nominated = nominated_usage(cluster, pod, priority)
-    items = list(demand.items())
-    for view in cluster.allowed(pod.scheduling):
-        if nominated:
-            if fits(demand, _free(view, demand, nominated)):
-                return view.name
+    allowed = cluster.allowed_names(pod.scheduling)
+    for i in cluster.with_room(demand):  # name order, only nodes with the room
+        view = cluster.nodes[i]
+        if view.name not in allowed:
             continue
-        avail = view.avail
-        for res, amount in items:
-            if amount > 0 and avail.get(res, 0) < amount:
-                break
-        else:
+        if not nominated or fits(demand, _free(view, demand, nominated)):
             return view.name
     return None
 
@@ -179,4 +183,5 @@ __all__ = [
     "nominated_usage",
     "search_single",
     "select_on_node",
+    "victim_score",
 ]

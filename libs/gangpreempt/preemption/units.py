@@ -89,10 +89,13 @@ class UnitTable:
         self.ordered = sorted(self.units.values(), key=Unit.importance)
         # node -> (unit, what the unit's pods there take), most important unit first
         self.on_node: dict[str, list[tuple[Unit, dict[str, int]]]] = {}
+        # unit -> (node, what its pods take there)
+        self.nodes_of: dict[str, list[tuple[str, dict[str, int]]]] = {}
         for unit in self.ordered:
             here: dict[str, dict[str, int]] = {}
             for p in unit.pods:
                 add_into(here.setdefault(p.node_name, {}), cluster.demand(p))
+            self.nodes_of[unit.ref] = list(here.items())
             for node, demand in here.items():
                 self.on_node.setdefault(node, []).append((unit, demand))
         self._eligible: dict[int, frozenset[str]] = {}
