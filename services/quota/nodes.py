@@ -52,13 +52,7 @@ class NodeBook:
         victims = [NodeVictim(v.object, v.uid, v.pods) for v in p.victims]
         reason = node_rejection(state, p.plan_id, p.preemptor, victims, p.placement, self.claimed())
         if reason is None:
-            self.plans[p.preemptor] = NodePlanHeld(
-                p.plan_id,
-                p.preemptor,
-                dict(p.placement),
-                tuple(v.object for v in p.victims),
-                tuple(pod for v in p.victims for pod in v.pods),
-            )
+            self.hold(p.preemptor, p)
         return reason
 
     def confirm_kueue(self, state: ClusterState, key: str, p: events.PlanProposed) -> str | None:
@@ -69,14 +63,17 @@ class NodeBook:
         victims = [NodeVictim(v.object, "", v.pods) for v in p.victims if v.pods]
         reason = victim_rejection(state, p.plan_id, victims, self.claimed())
         if reason is None:
-            self.plans[key] = NodePlanHeld(
-                p.plan_id,
-                p.preemptor,
-                dict(p.placement),
-                tuple(v.object for v in p.victims),
-                tuple(pod for v in p.victims for pod in v.pods),
-            )
+            self.hold(key, p)
         return reason
+
+    def hold(self, key: str, p: events.PlanProposed) -> None:
+        self.plans[key] = NodePlanHeld(
+            p.plan_id,
+            p.preemptor,
+            dict(p.placement),
+            tuple(v.object for v in p.victims),
+            tuple(pod for v in p.victims for pod in v.pods),
+        )
 
     def end(self, preemptor: str) -> None:
         self.plans.pop(preemptor, None)

@@ -20,7 +20,7 @@ from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod
 from gangpreempt.model.workloads import Workload
-from gangpreempt.planning import Victim, plan_on
+from gangpreempt.planning import Decision, Victim, plan_on
 from gangpreempt.planning.nodeplan import NodePlanner, is_node_level
 from services.livestate import LiveState, key_of
 from services.runtime import ServiceContext
@@ -92,22 +92,7 @@ class Victims:
         ).decisions[0]
         if decision.outcome != "Preempt":
             return infeasible(f"{decision.outcome}: {decision.message}")
-        victims = [planned(state, v) for v in decision.victims]
-        log.info("plan proposed", workload=req.workload, plan_id=plan_id, victims=len(victims))
-        return events.PlanProposed(
-            id=f"proposed-{plan_id}",
-            occurred_at=now,
-            plan_id=plan_id,
-            request_id=req.request_id,
-            preemptor=req.workload,
-            preemptor_uid=wl.uid,
-            cluster_queue=decision.queue.removeprefix("ClusterQueue/"),
-            pod_sets=tuple(ps.name for ps in wl.pod_sets),
-            flavors=decision.flavors,
-            victims=tuple(victims),
-            placement=decision.placement,
-            state_seq=self.replica.seq,
-        )
+        return self.proposal(req, plan_id, decision, wl.uid, [ps.name for ps in wl.pod_sets])
 
     def answer_nodes(
         self,
@@ -127,19 +112,29 @@ class Victims:
             return infeasible(str(exc))
         if decision.outcome != "Preempt":
             return infeasible(f"{decision.outcome}: {decision.message}")
-        victims = [planned(state, v) for v in decision.victims]
+        return self.proposal(req, plan_id, decision, "", [g.key for g in pre.groups])
+
+    def proposal(
+        self,
+        req: events.PreemptionRequested,
+        plan_id: str,
+        decision: Decision,
+        preemptor_uid: str,
+        pod_sets: list[str],
+    ) -> events.PlanProposed:
+        victims = tuple(planned(self.replica.state, v) for v in decision.victims)
         log.info("plan proposed", preemptor=req.workload, plan_id=plan_id, victims=len(victims))
         return events.PlanProposed(
             id=f"proposed-{plan_id}",
-            occurred_at=now,
+            occurred_at=self.ctx.now(),
             plan_id=plan_id,
             request_id=req.request_id,
             preemptor=req.workload,
-            preemptor_uid="",
-            cluster_queue=decision.queue,
-            pod_sets=tuple(g.key for g in pre.groups),
-            flavors={},
-            victims=tuple(victims),
+            preemptor_uid=preemptor_uid,
+            cluster_queue=decision.queue.removeprefix("ClusterQueue/"),
+            pod_sets=tuple(pod_sets),
+            flavors=decision.flavors,
+            victims=victims,
             placement=decision.placement,
             state_seq=self.replica.seq,
         )

@@ -6,12 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from gangpreempt.manifests.fields import Fields
-from gangpreempt.manifests.podspec import constraints, pod_requests, taints
+from gangpreempt.manifests.podspec import constraints, pod_requests, requirements, taints
 from gangpreempt.model.pods import (
     KUEUE_WORKLOAD_ANNOTATION,
     UNIT_GROUP,
     ElasticQuota,
-    LabelRequirement,
     LabelSelector,
     Node,
     Pod,
@@ -81,15 +80,10 @@ def pod(namespace: str, name: str, meta: Fields, spec: Fields, status: Fields) -
 def label_selector(f: Fields | None) -> LabelSelector:
     if f is None:
         return LabelSelector()
-    exprs = tuple(
-        LabelRequirement(
-            key=e.text("key", required=True),
-            operator=e.enum("operator", LABEL_OPERATORS, default="In"),
-            values=e.texts("values"),
-        )
-        for e in f.maps("matchExpressions")
+    return LabelSelector(
+        match_labels=f.text_map("matchLabels"),
+        match_expressions=requirements(f, LABEL_OPERATORS),
     )
-    return LabelSelector(match_labels=f.text_map("matchLabels"), match_expressions=exprs)
 
 
 def pod_disruption_budget(

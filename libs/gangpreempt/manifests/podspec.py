@@ -101,18 +101,22 @@ def _terms(affinity: Fields | None) -> tuple[NodeSelectorTerm, ...] | None:
     required = node_affinity.map("requiredDuringSchedulingIgnoredDuringExecution")
     if required is None:
         return None
-    terms = []
-    for term in required.maps("nodeSelectorTerms"):
-        reqs = tuple(
-            NodeSelectorRequirement(
-                key=e.text("key", required=True),
-                operator=e.enum("operator", SELECTOR_OPERATORS, default="In"),
-                values=e.texts("values"),
-            )
-            for e in term.maps("matchExpressions")
+    return tuple(
+        NodeSelectorTerm(requirements(term, SELECTOR_OPERATORS))
+        for term in required.maps("nodeSelectorTerms")
+    )
+
+
+def requirements(f: Fields, operators: tuple[str, ...]) -> tuple[NodeSelectorRequirement, ...]:
+    """``matchExpressions`` of a node selector term or a label selector."""
+    return tuple(
+        NodeSelectorRequirement(
+            key=e.text("key", required=True),
+            operator=e.enum("operator", operators, default="In"),
+            values=e.texts("values"),
         )
-        terms.append(NodeSelectorTerm(reqs))
-    return tuple(terms)
+        for e in f.maps("matchExpressions")
+    )
 
 
 def constraints(spec: Fields) -> SchedulingConstraints:
@@ -123,4 +127,11 @@ def constraints(spec: Fields) -> SchedulingConstraints:
     )
 
 
-__all__ = ["constraints", "container_requests", "pod_requests", "taints", "tolerations"]
+__all__ = [
+    "constraints",
+    "container_requests",
+    "pod_requests",
+    "requirements",
+    "taints",
+    "tolerations",
+]

@@ -8,7 +8,7 @@ from datetime import datetime
 
 import msgspec
 
-from gangpreempt.model.scheduling import SchedulingConstraints, Taint
+from gangpreempt.model.scheduling import NodeSelectorRequirement, SchedulingConstraints, Taint
 
 PODS = "pods"  # the pod-count resource every node has in its allocatable
 
@@ -28,25 +28,10 @@ SOFT_EVICTION_LABEL = "scheduling.koordinator.sh/soft-eviction"
 KUEUE_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
 
 
-class LabelRequirement(msgspec.Struct, frozen=True):
-    key: str
-    operator: str  # In, NotIn, Exists, DoesNotExist
-    values: tuple[str, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        present = self.key in labels
-        if self.operator == "In":
-            return present and labels[self.key] in self.values
-        if self.operator == "NotIn":
-            return not present or labels[self.key] not in self.values
-        if self.operator == "Exists":
-            return present
-        return not present  # DoesNotExist
-
-
 class LabelSelector(msgspec.Struct, frozen=True):
     match_labels: dict[str, str] = msgspec.field(default_factory=dict)
-    match_expressions: tuple[LabelRequirement, ...] = ()
+    # In, NotIn, Exists, DoesNotExist (the decoder allows no other operator)
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -182,7 +167,6 @@ __all__ = [
     "UNIT_GROUP",
     "UNIT_POD",
     "ElasticQuota",
-    "LabelRequirement",
     "LabelSelector",
     "Node",
     "Pod",
