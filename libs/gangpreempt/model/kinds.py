@@ -27,12 +27,13 @@ KINDS: dict[str, tuple[type[Any], str]] = {
     "LocalQueue": (LocalQueue, "local_queues"),
     "WorkloadPriorityClass": (WorkloadPriorityClass, "workload_priority_classes"),
     "PriorityClass": (PriorityClass, "priority_classes"),
-    "Workload": (Workload, "workloads"),
     "Node": (Node, "nodes"),
     "PodGroup": (PodGroup, "pod_groups"),
     "PodDisruptionBudget": (PodDisruptionBudget, "pdbs"),
     "ElasticQuota": (ElasticQuota, "elastic_quotas"),
     "Pod": (Pod, "pods"),
+    # Last: a pending Workload's pods (and the nodes) are known when it arrives.
+    "Workload": (Workload, "workloads"),
 }
 _KIND_OF = {model: kind for kind, (model, _table) in KINDS.items()}
 _encoder = msgspec.msgpack.Encoder()
