@@ -16,6 +16,7 @@ import msgspec
 
 from gangpreempt import events
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import Pod
 from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.nodeconfirm import NodeVictim, node_rejection, victim_rejection
 from gangpreempt.planning.nodeplan import NodePlanner
@@ -125,6 +126,25 @@ def _still_pending(state: ClusterState, ref: str, held: NodePlanHeld | None) -> 
     return any(p.pending for p in state.pods.values() if p.group in groups)
 
 
+def pod_gone(
+    state: ClusterState, pod: Pod, published: dict[str, tuple[str, ...]], flights: Flights
+) -> None:
+    """A pod left the state: what was published for the preemptors it stood for (itself,
+    its gang, its gang's Workload) is forgotten, so a new incarnation under the same name
+    gets its own decisions; a pending pod's plan in flight is for something gone."""
+    refs = [pod.ref]
+    group = state.pod_groups.get(pod.group) if pod.group else None
+    if group is not None:
+        refs.append(group.ref)
+        if group.workload:
+            refs.append(f"Workload/{group.workload}")
+    for ref in refs:
+        published.pop(ref, None)
+        flights.failed_at.pop(ref, None)
+        if pod.pending:
+            flights.end(ref)
+
+
 def node_events(
     planner: NodePlanner,
     flights: Flights,
@@ -197,4 +217,4 @@ def _admitted(d: Decision, now: datetime, seq: int) -> events.Admitted:
     )
 
 
-__all__ = ["NodeBook", "NodePlanHeld", "is_node_ref", "node_events"]
+__all__ = ["NodeBook", "NodePlanHeld", "is_node_ref", "node_events", "pod_gone"]

@@ -24,7 +24,7 @@ from gangpreempt.planning.inflight import PlanInFlight, rejection
 from gangpreempt.planning.nodeplan import NodePlanner, is_node_level, with_nodes
 from services.livestate import LiveState, key_of
 from services.quota.flights import ACTUATED, CONFIRMED, Flight, Flights
-from services.quota.nodes import NodeBook, is_node_ref, node_events
+from services.quota.nodes import NodeBook, is_node_ref, node_events, pod_gone
 from services.runtime import ServiceContext, sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.quota")
@@ -70,19 +70,7 @@ class Quota:
             self.flights.failed_at.pop(old.key, None)
             self.flights.end(old.key)
         if kind == "Pod" and new is None and old is not None:
-            # A node-level preemptor's pod is gone: what was published for it is forgotten,
-            # so a new incarnation under the same name gets its own decisions.
-            refs = [old.ref]
-            group = self.replica.state.pod_groups.get(old.group) if old.group else None
-            if group is not None:
-                refs.append(group.ref)
-                if group.workload:
-                    refs.append(f"Workload/{group.workload}")
-            for ref in refs:
-                self.published.pop(ref, None)
-                self.flights.failed_at.pop(ref, None)
-                if old.pending:  # a preemptor's pod: its plan is for something gone
-                    self.flights.end(ref)
+            pod_gone(self.replica.state, old, self.published, self.flights)
         self.dirty.set()
 
     # -- the admission cycle -----------------------------------------------------------------

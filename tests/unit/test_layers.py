@@ -9,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-CORE = ("model", "manifests", "quota", "preemption", "planning")
+CORE = ("model", "manifests", "quota", "preemption", "placement", "planning")
 FORBIDDEN = (
     "asyncio",
     "nats",
