@@ -60,6 +60,16 @@ class Services:
             )
             log.close()
 
+    def wait_started(self, timeout: float = 30.0) -> None:
+        """Until every started service has logged that it is up (connected, provisioned,
+        its signal handlers installed): a loaded machine may take seconds to import."""
+        deadline = time.monotonic() + timeout
+        waiting = set(self.procs)
+        while waiting and time.monotonic() < deadline:
+            waiting = {n for n in waiting if '"event": "started"' not in self.log(n)}
+            time.sleep(0.1)
+        assert not waiting, f"not started after {timeout} s: {sorted(waiting)}"
+
     def alive(self) -> dict[str, bool]:
         return {name: p.poll() is None for name, p in self.procs.items()}
 

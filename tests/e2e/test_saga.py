@@ -198,6 +198,7 @@ async def test_sigterm_stops_every_service_cleanly(
 ) -> None:
     full_cluster(scenario_dir, gang_at=None)
     services.start()
-    await asyncio.sleep(2)
+    await asyncio.to_thread(services.wait_started)
+    await asyncio.sleep(0.5)  # running, not just started
     codes = services.stop()
     assert codes == {"ingest": 0, "quota": 0, "victims": 0, "actuator": 0}

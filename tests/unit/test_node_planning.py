@@ -77,6 +77,10 @@ def test_kueue_pods_are_decided_with_their_workload_only() -> None:
     preemptors = [d.preemptor for d in plan(state, NOW).decisions]
     assert preemptors.count("Workload/default/train") == 1
     assert not [p for p in preemptors if p.startswith("Pod/default/train")]
+    # Before their Workload is known (it may arrive after them), they wait for it.
+    del state.workloads["default/train"]
+    preemptors = [d.preemptor for d in plan(state, NOW).decisions]
+    assert not [p for p in preemptors if "train" in p]
 
 
 @pytest.mark.parametrize(

@@ -92,8 +92,12 @@ class NodePlanner:
         raise InvalidInput(f"--workload: {ref} not found in the manifests")
 
     def _kueue_pending(self, pod: Pod) -> bool:
-        wl = self.state.workloads.get(pod.kueue_workload) if pod.kueue_workload else None
-        return wl is not None and wl.is_pending
+        """A pod of a Kueue Workload that is not admitted (or not known yet): Kueue
+        decides it, with its Workload; it is never a preemptor of its own."""
+        if not pod.kueue_workload:
+            return False
+        wl = self.state.workloads.get(pod.kueue_workload)
+        return wl is None or wl.is_pending
 
     def pending(self) -> list[Preemptor]:
         """Every pending lone pod and every gang with pending pods, highest priority
