@@ -245,6 +245,17 @@ spec: {min: {nvidia.com/gpu: 8}, max: {nvidia.com/gpu: "16"}}
             "spec: {selector: {matchExpressions: [{key: a, operator: Near}]}}\n",
             "operator",
         ),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {priority: '--5'}\n", "priority"),
+        (
+            "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\nmetadata: {name: g}\n"
+            "spec: {minMember: '\u00b2'}\n",
+            "spec.minMember",
+        ),
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, "
+            "resources: {requests: {cpu: 1e999999999}}}]}\n",
+            "out of range",
+        ),
     ],
 )
 def test_bad_node_objects_name_the_field(tmp_path: Path, text: str, field: str) -> None:
@@ -288,3 +299,10 @@ def test_unknown_priority_class_names_the_pod(tmp_path: Path) -> None:
     state = load([write(tmp_path, text)]).state
     with pytest.raises(InvalidInput, match=r"Pod ml/p: spec.priorityClassName"):
         NodeCluster(state)
+
+
+def test_a_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(b"apiVersion: v1\nkind: Pod\nmetadata: {name: \xff}\n")
+    with pytest.raises(ManifestError, match=r"bad.yaml: not UTF-8"):
+        load([str(path)])

@@ -58,6 +58,48 @@ def test_a_pass_gives_each_victim_to_one_preemptor_only() -> None:
     assert not {v.object for v in first.victims} & {v.object for v in second.victims}
 
 
+def test_a_pass_frees_the_victims_room_for_later_preemptors() -> None:
+    """A (100) preempts one of ``a``, ``b`` on n0; B (50) then needs only the other gone:
+    the first victim's room is A's, not counted twice (still used by the victim and
+    taken by A)."""
+    state = cluster(1)
+    state.nodes["n0"] = Node("n0", {GPU: 16, "pods": 110})
+    add(state, "a", 0, node="n0")
+    add(state, "b", 0, node="n0")
+    add(state, "A", 100)
+    add(state, "B", 50)
+    decisions = {d.preemptor: d for d in plan(state, NOW).decisions}
+    first = [v.object for v in decisions["Pod/default/A"].victims]
+    second = [v.object for v in decisions["Pod/default/B"].victims]
+    assert len(first) == len(second) == 1
+    assert {*first, *second} == {"Pod/default/a", "Pod/default/b"}
+    assert decisions["Pod/default/B"].placement == {"Pod/default/B": "n0"}
+
+
+def test_a_placed_pod_gives_up_its_nominated_room() -> None:
+    state = cluster(0)
+    for name in ("a-node", "z-node"):
+        state.nodes[name] = Node(name, {GPU: 8, "pods": 110})
+    p1 = add(state, "p1", 100)
+    state.pods[p1.key] = Pod("default", "p1", {GPU: 8}, priority=100, nominated_node="z-node")
+    add(state, "p2", 50)
+    decisions = {d.preemptor: d for d in plan(state, NOW).decisions}
+    assert decisions["Pod/default/p1"].outcome == "Admit"
+    assert decisions["Pod/default/p2"].outcome == "Admit"
+    assert {decisions[r].placement[r] for r in ("Pod/default/p1", "Pod/default/p2")} == {
+        "a-node",
+        "z-node",
+    }
+
+
+def test_a_pass_takes_equal_priorities_by_name() -> None:
+    state = cluster(1)
+    add(state, "a", 10)
+    gang(state, "z", 1, 10)
+    preemptors = [d.preemptor for d in plan(state, NOW).decisions]
+    assert preemptors == ["Pod/default/a", "PodGroup/default/z"]
+
+
 def test_a_held_plan_keeps_its_room_and_its_victims() -> None:
     state = cluster(2)
     add(state, "low-0", 0, node="n0")

@@ -3,6 +3,7 @@ field path and line."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -158,7 +159,7 @@ class Fields:
         if value is None:
             return None
         ok = isinstance(value, int) and not isinstance(value, bool)
-        if not ok and isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        if not ok and isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
             value, ok = int(value), True
         if not ok or (minimum is not None and value < minimum):
             expected = what or ("an integer" if minimum is None else f"an integer >= {minimum}")

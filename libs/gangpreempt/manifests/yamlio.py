@@ -84,6 +84,8 @@ def documents(file: str) -> Iterator[tuple[int, Any]]:
             text = fh.read()
     except OSError as exc:
         raise ManifestError(file, f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ManifestError(file, f"not UTF-8 text (byte {exc.start})") from exc
     number = 0
     try:
         for doc in yaml.load_all(text, Loader=_Loader):

@@ -132,6 +132,7 @@ class PodDisruptionBudget(msgspec.Struct, frozen=True):
         """kube-scheduler's rule: same namespace, a non-empty selector that matches."""
         return (
             pod.namespace == self.namespace
+            and bool(pod.labels)  # kube-scheduler: a pod without labels matches no budget
             and not self.selector.empty
             and self.selector.matches(pod.labels)
         )

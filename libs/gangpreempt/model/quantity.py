@@ -30,6 +30,9 @@ _QUANTITY = re.compile(
 )
 
 MILLI_RESOURCES = frozenset({"cpu"})
+# Kubernetes keeps quantities within int64 at nano scale: an exponent past this is no
+# quantity a cluster can hold (and an unbounded one would take forever to expand).
+MAX_EXPONENT = 30
 
 
 class QuantityError(ValueError):
@@ -54,7 +57,10 @@ def parse_exact(text: object) -> Fraction:
     if m.group("bin"):
         value *= _BINARY[m.group("bin")]
     elif m.group("exp"):
-        value *= Fraction(10) ** int(m.group("exp")[1:])
+        exponent = int(m.group("exp")[1:])
+        if abs(exponent) > MAX_EXPONENT:
+            raise QuantityError(f"{text!r} is out of range (exponent beyond ±{MAX_EXPONENT})")
+        value *= Fraction(10) ** exponent
     else:
         value *= _DECIMAL[m.group("dec") or ""]
     if m.group("sign") == "-":

@@ -46,8 +46,9 @@ class NodeView:
         self._avail: dict[str, int] | None = None
         self.on_change: Callable[[], None] | None = None
 
-    def use(self, demand: Mapping[str, int]) -> None:
-        add_into(self.used, demand)
+    def use(self, demand: Mapping[str, int], sign: int = 1) -> None:
+        """Take ``demand`` on this node (``sign`` -1: give it back)."""
+        add_into(self.used, demand, sign)
         self._avail = None
         if self.on_change is not None:
             self.on_change()

@@ -17,7 +17,7 @@ from gangpreempt.placement.gang import Shape, shapes_of
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim, plural
 from gangpreempt.preemption.gang import GangSearch, best, domains
 from gangpreempt.preemption.jobquota import JobQuota, non_preemptible, quota_of
-from gangpreempt.preemption.single import fits_now, search_single
+from gangpreempt.preemption.single import fits_now, nominated_usage, search_single
 from gangpreempt.preemption.units import Unit, UnitTable
 
 NODE_REASON = "PreemptionByScheduler"
@@ -124,7 +124,7 @@ class NodePlanner:
                 continue  # decided with its Kueue Workload (``compose``)
             if pod.pending and not (pod.group and pod.group in self.state.pod_groups):
                 out.append(Preemptor(pod.ref, [pod], [], self.cluster.pod_priority[key]))
-        out.sort(key=lambda p: -p.priority)
+        out.sort(key=lambda p: (-p.priority, p.ref.split("/", 1)[1], p.ref))
         return out
 
     # -- deciding -------------------------------------------------------------------------
@@ -152,17 +152,31 @@ class NodePlanner:
             add_into(demand, p.requests)
         return JobQuota(eq, members, demand, any(non_preemptible(p) for p in pre.pods))
 
+    def _need(self, group: PodGroup) -> int:
+        """How many more of the group's pods must be placed: minCount less its members
+        running (terminating and finished ones do not count)."""
+        running = sum(
+            1 for p in self.cluster.members.get(group.key, []) if p.running and not p.terminating
+        )
+        return max(0, group.min_count - running)
+
     def _blocked(self, pre: Preemptor) -> str | None:
-        """Why this preemptor must not start (new) preemption now, or None."""
+        """Why this preemptor cannot be placed at all now, or None."""
         for group in pre.groups:
-            have = len(self.cluster.members.get(group.key, []))
+            members = self.cluster.members.get(group.key, [])
+            have = sum(1 for p in members if (p.running and not p.terminating) or p.pending)
             if have < group.min_count:
                 return (
-                    f"{group.ref} has {plural(have, 'pod')}, fewer than its minCount "
+                    f"{group.ref} has {plural(have, 'live pod')}, fewer than its minCount "
                     f"{group.min_count}: waiting for its pods"
                 )
         if not pre.pods:
             return "no pending pods"
+        return None
+
+    def _victims_terminating(self, pre: Preemptor) -> str | None:
+        """kube-scheduler's PodEligibleToPreemptOthers: a preemptor nominated to a node
+        where lower-priority pods are still terminating waits for them."""
         for pod in pre.pods:
             node = self.cluster.by_name.get(pod.nominated_node) if pod.nominated_node else None
             if node is None:
@@ -181,6 +195,9 @@ class NodePlanner:
         return None
 
     def _may_preempt(self, pre: Preemptor) -> str | None:
+        waiting = self._victims_terminating(pre)
+        if waiting is not None:
+            return waiting
         for pod in pre.pods:
             if pod.labels.get(CAN_PREEMPT_LABEL) == "false":
                 return f"{pod.ref} is labelled {CAN_PREEMPT_LABEL}=false"
@@ -245,7 +262,14 @@ class NodePlanner:
                 if any(p.key in quota.usage for p in u.pods)
             }
         search = GangSearch(
-            self.table, shapes, required, [], checks, quota_units, self.priority_search
+            self.table,
+            shapes,
+            required,
+            [],
+            checks,
+            quota_units,
+            self.priority_search,
+            nominated=nominated_usage(self.cluster, pre.pods, pre.priority),
         )
         topology = next((g.topology_key for g in pre.groups if g.topology_key), "")
         doms = domains(self.cluster.nodes, topology)
@@ -298,27 +322,19 @@ class NodePlanner:
     def _required(self, pre: Preemptor, shapes: list[Shape]) -> dict[int, int]:
         """Per shape, how many of its pods must be placed: each group's minCount less the
         pods it already runs, taken from its pending pods in name order."""
-        need: dict[str, int] = {}
-        for g in pre.groups:
-            running = sum(
-                1 for p in self.cluster.members.get(g.key, []) if p.running and not p.terminating
-            )
-            need[g.key] = max(0, g.min_count - running)
         if not pre.groups:
             return {i: len(s.pods) for i, s in enumerate(shapes)}
-        taken: dict[str, int] = {}
+        chosen: set[str] = set()
+        for g in pre.groups:
+            pending = sorted(
+                (p for p in self.cluster.members.get(g.key, []) if p.pending), key=lambda p: p.key
+            )
+            chosen.update(p.key for p in pending[: self._need(g)])
         required: dict[int, int] = {}
-        # Reorder each shape's pods so the ones that are required come first.
+        # Each shape's required pods come first (name order within both halves).
         for i, shape in enumerate(shapes):
-            first: list[Pod] = []
-            rest: list[Pod] = []
-            for pod in shape.pods:
-                if taken.get(pod.group, 0) < need.get(pod.group, 0):
-                    taken[pod.group] = taken.get(pod.group, 0) + 1
-                    first.append(pod)
-                else:
-                    rest.append(pod)
-            shape.pods = first + rest
+            first = [p for p in shape.pods if p.key in chosen]
+            shape.pods = first + [p for p in shape.pods if p.key not in chosen]
             required[i] = len(first)
         return required
 
@@ -424,23 +440,31 @@ class NodePlanner:
         )
 
     def hold(self, placement: dict[str, str], victims: Iterable[str]) -> None:
-        """A plan in flight: its placement keeps its room on the nodes (the pods still
-        pending in it), its victims are promised and no one else's candidates."""
+        """A plan in flight (or decided earlier in a pass): its victims are promised to
+        it and leave their nodes, its pods still pending take their room in the
+        placement (and no longer hold a nominated node elsewhere)."""
+        for ref in victims:
+            if ref in self.promised:
+                continue
+            self.promised.add(ref)
+            unit = self.table.units.get(ref)
+            for name, taken in self.table.nodes_of.get(ref, []) if unit is not None else []:
+                view = self.cluster.by_name.get(name)
+                if view is not None:
+                    view.use(taken, -1)
+        placed: set[str] = set()
         for ref, node in placement.items():
             pod = self.state.pods.get(ref.removeprefix("Pod/"))
             view = self.cluster.by_name.get(node)
             if pod is not None and pod.pending and view is not None:
                 view.use(self.cluster.demand(pod))
-        self.promised.update(victims)
+                placed.add(pod.key)
+        if placed:
+            self.cluster.nominated = [p for p in self.cluster.nominated if p.key not in placed]
 
     def commit(self, pre: Preemptor, decision: Decision) -> None:
-        """Later preemptors see this one's pods on their nodes and its victims taken."""
-        for pod in pre.pods:
-            node = decision.placement.get(pod.ref)
-            view = self.cluster.by_name.get(node) if node else None
-            if view is not None:
-                view.use(self.cluster.demand(pod))
-        self.promised.update(v.object for v in decision.victims)
+        """Later preemptors see this one's pods on their nodes and its victims gone."""
+        self.hold(decision.placement, [v.object for v in decision.victims])
 
 
 def with_nodes(planner: NodePlanner, decisions: list[Decision]) -> list[Decision]:

@@ -82,6 +82,7 @@ class GangSearch:
         quota_units: Iterable[str] = (),
         priority_search: bool = True,
         forced: Sequence[Unit] = (),
+        nominated: dict[str, dict[str, int]] | None = None,
     ) -> None:
         self.table = table
         self.shapes = shapes
@@ -91,6 +92,7 @@ class GangSearch:
         self.quota_units = set(quota_units)  # units that count in a checked quota
         self.priority_search = priority_search
         self.forced = list(forced)  # victims chosen already (a Kueue quota decision's)
+        self.nominated = nominated or {}  # node -> room kept for pods nominated there
         self.resources: set[str] = set()
         for s in shapes:
             self.resources.update(s.demand)
@@ -105,6 +107,11 @@ class GangSearch:
         base = self._bases.get(domain.name)
         if base is None:
             base = {v.name: v.free(self.resources) for v in domain.nodes}
+            for name, taken in self.nominated.items():
+                node_free = base.get(name)
+                if node_free is not None:
+                    for res in node_free:
+                        node_free[res] -= taken.get(res, 0)
             if self.forced:
                 base = self._freed(base, self.forced)
             self._bases[domain.name] = base
@@ -182,9 +189,14 @@ class GangSearch:
             self.skipped.append(f"{domain.name}: does not fit even with every candidate gone")
             return None
         violating = self.table.pdb_violations(cands)
-        cands = self._pdb_reprieval(shapes, base, cands, violating)
-        chosen = self._ceiling(shapes, base, cands)
+        kept = self._pdb_reprieval(shapes, base, cands, violating)
+        if len(kept) < len(cands) and not self.feasible(shapes, base, kept):
+            kept = cands  # reprieval was judged on one placement; greedy packs no other
+        chosen = self._ceiling(shapes, base, kept)
         placement = self._cheap_placement(shapes, base, chosen, violating)
+        if placement is None:  # cannot happen: ``chosen`` was found feasible in name order
+            self.skipped.append(f"{domain.name}: no placement found")
+            return None
         victims, free = self._reprieve(base, chosen, placement)
         self._place_extra(shapes, free, placement)
         victims = [*self.forced, *victims]
@@ -208,6 +220,8 @@ class GangSearch:
             return cands
         free = copy_free(self._freed(base, cands))
         placement = self._cheap_placement(shapes, base, cands, violating)
+        if placement is None:
+            return cands
         for shape in shapes:
             for pod in shape.pods:
                 node = placement.get(pod.ref)
@@ -257,7 +271,7 @@ class GangSearch:
 
     def _cheap_placement(
         self, shapes: list[Shape], base: Free, chosen: list[Unit], violating: set[str]
-    ) -> dict[str, str]:
+    ) -> dict[str, str] | None:
         """Place the gang with ``chosen`` gone, trying first the nodes where a pod fits
         as things are, then those whose cheapest sufficient victims are least important."""
         # node -> (unit, what it takes there) for the chosen units, most important first
@@ -282,7 +296,6 @@ class GangSearch:
         placement = self._place(shapes, self._freed(base, chosen), order)
         if placement is None:  # the preference order packed worse: take the plain order
             placement = self._place(shapes, self._freed(base, chosen))
-        assert placement is not None
         return placement
 
     @staticmethod

@@ -12,6 +12,7 @@ instead of from a random offset, so the answer is reproducible."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from gangpreempt.model.pods import Pod
@@ -61,13 +62,15 @@ def candidate_limit(n_nodes: int) -> int:
 
 
 def nominated_usage(
-    cluster: NodeCluster, preemptor: Pod, priority: int
+    cluster: NodeCluster, preemptor: Pod | Iterable[Pod], priority: int
 ) -> dict[str, dict[str, int]]:
     """Pending pods nominated to a node with priority >= the preemptor's keep their room
-    there (kube-scheduler filters with nominated pods added)."""
+    there (kube-scheduler filters with nominated pods added); the preemptor's own pods
+    do not."""
+    own = {preemptor.key} if isinstance(preemptor, Pod) else {p.key for p in preemptor}
     out: dict[str, dict[str, int]] = {}
     for pod in cluster.nominated:
-        if pod.key != preemptor.key and cluster.scheduling_priority(pod) >= priority:
+        if pod.key not in own and cluster.scheduling_priority(pod) >= priority:
             add_into(out.setdefault(pod.nominated_node, {}), cluster.demand(pod))
     return out
 
@@ -151,7 +154,7 @@ def search_single(
     demand = cluster.demand(pod)
     nominated = nominated_usage(cluster, pod, priority)
     eligible = table.eligible(priority)
-    limit = candidate_limit(len(cluster.nodes))
+    limit = candidate_limit(len(cluster.allowed(pod.scheduling)))
     found: list[NodeCandidate] = []
     clean = 0
     evaluated = 0

@@ -69,15 +69,15 @@ class UnitTable:
         groups = cluster.state.pod_groups
         by_ref: dict[str, list[Pod]] = {}
         is_group: dict[str, bool] = {}
-        for view in cluster.nodes:
-            for pod in view.pods:
-                group = groups.get(pod.group) if pod.group else None
-                whole = group is not None and group.preemption_mode == UNIT_GROUP
-                ref = group.ref if whole and group is not None else pod.ref
-                if pod.kueue_workload in cluster.state.workloads:
-                    ref, whole = f"Workload/{pod.kueue_workload}", True  # Kueue evicts it whole
-                by_ref.setdefault(ref, []).append(pod)
-                is_group[ref] = whole
+        bound = [p for view in cluster.nodes for p in view.pods]
+        for pod in bound + cluster.unbound:  # a unit goes whole, wherever its pods run
+            group = groups.get(pod.group) if pod.group else None
+            whole = group is not None and group.preemption_mode == UNIT_GROUP
+            ref = group.ref if whole and group is not None else pod.ref
+            if pod.kueue_workload in cluster.state.workloads:
+                ref, whole = f"Workload/{pod.kueue_workload}", True  # Kueue evicts it whole
+            by_ref.setdefault(ref, []).append(pod)
+            is_group[ref] = whole
         self.units: dict[str, Unit] = {}
         self.of_pod: dict[str, Unit] = {}
         for ref, pods in by_ref.items():
