@@ -28,6 +28,7 @@ from services.quota.nodes import NodeBook, is_node_ref, node_events, pod_gone
 from services.runtime import ServiceContext, sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.quota")
+BURST_WAITS = 4
 
 
 def kueue_victims(d: Any) -> set[str]:
@@ -43,6 +44,7 @@ class Quota:
         self.flights = Flights(on_end=self.flight_ended)
         self.nodes = NodeBook()
         self.dirty = asyncio.Event()
+        self.changes = 0  # state changes applied, to tell a burst that is still arriving
         self.published: dict[str, tuple[str, ...]] = {}  # workload -> last decision signature
         self.counter = itertools.count(1)
         self.instance = f"{os.getpid()}-{int(asyncio.get_running_loop().time() * 1000)}"
@@ -65,6 +67,7 @@ class Quota:
             self.live.ledger.unhold(flight.plan.plan_id)
 
     def on_state_change(self, kind: str, old: Any, new: Any) -> None:
+        self.changes += 1
         if kind == "Workload" and new is None and old is not None:
             self.published.pop(old.key, None)  # forget it: a new one may reuse the name
             self.flights.failed_at.pop(old.key, None)
@@ -83,9 +86,19 @@ class Quota:
             stopper.cancel()
             if self.ctx.stop.is_set():
                 return
-            await sleep_or_stop(self.ctx.stop, self.ctx.settings.cycle_delay)
+            await self.settle_burst()
             self.dirty.clear()
             await self.cycle()
+
+    async def settle_burst(self) -> None:
+        """Gather the changes of a burst (a manifest applied, a relist): wait one cycle
+        delay, and again while changes keep coming, up to BURST_WAITS delays, so a cycle
+        does not decide on half of what is arriving."""
+        delay = self.ctx.settings.cycle_delay
+        for _ in range(BURST_WAITS):
+            seen = self.changes
+            if await sleep_or_stop(self.ctx.stop, delay) or self.changes == seen:
+                return
 
     def settle_flights(self) -> None:
         """Forget flights whose preemptor is gone or admitted, and holds whose victims
