@@ -20,6 +20,7 @@ from nats.aio.client import Client
 
 from gangpreempt.bus import Consumer, Publisher, Topology, connected, provision
 from gangpreempt.bus.consuming import Handler
+from gangpreempt.bus.permissions import inbox_prefix
 from gangpreempt.config import Settings
 from gangpreempt.telemetry import setup_logging, setup_tracing, shutdown_tracing
 from gangpreempt.waiting import sleep_or_stop
@@ -85,9 +86,11 @@ async def _run_service(service: str, settings: Settings, main: Main) -> None:
             f"gangpreempt-{service}",
             user=settings.nats_user,
             password=settings.nats_password,
+            inbox_prefix=inbox_prefix(service),
         ) as nc:
             ctx = ServiceContext(service, settings, nc, stop)
-            await provision(ctx.js, ctx.topology, lease_ttl=settings.lease_ttl)
+            if settings.provision:
+                await provision(ctx.js, ctx.topology, lease_ttl=settings.lease_ttl)
             log.info("started", prefix=settings.prefix, nats=settings.nats_url)
             await main(ctx)
     finally:

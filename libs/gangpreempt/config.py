@@ -20,6 +20,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     nats_password: str | None = None
     prefix: str = "gp"
     log_level: str = "info"
+    # Create the streams, consumers and buckets at start (needs a user allowed to; with
+    # per-service users an admin provisions beforehand and services run with false).
+    provision: bool = True
     # ingest
     scenario: str | None = None  # a manifests file or folder (with an optional timeline.yaml)
     sim: bool = True  # ingest keeps a simulated cluster that applies admissions and evictions

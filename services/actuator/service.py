@@ -261,8 +261,12 @@ class Actuator:
 
     async def run(self) -> None:
         ctx = self.ctx
-        self.kv = await plans_bucket(ctx.js, ctx.topology)
-        leases = await leases_bucket(ctx.js, ctx.topology, ctx.settings.lease_ttl)
+        if ctx.settings.provision:
+            self.kv = await plans_bucket(ctx.js, ctx.topology)
+            leases = await leases_bucket(ctx.js, ctx.topology, ctx.settings.lease_ttl)
+        else:  # provisioned by an admin: bind, do not create
+            self.kv = await ctx.js.key_value(ctx.topology.plans_bucket)
+            leases = await ctx.js.key_value(ctx.topology.leases_bucket)
         self.lease = Lease(
             leases, "actuator", f"{os.uname().nodename}-{os.getpid()}", ctx.settings.lease_ttl
         )

@@ -57,9 +57,15 @@ class NatsServer:
             f"{self.extra_config}"
         )
 
+    @property
+    def config_path(self) -> Path:
+        return self.store / "nats-server.conf"
+
     def start(self, timeout: float = 10.0) -> NatsServer:
         self.store.mkdir(parents=True, exist_ok=True)
-        conf = self.store / "nats-server.conf"
+        conf = self.config_path
+        conf.touch(mode=0o600)  # it may hold passwords
+        conf.chmod(0o600)
         conf.write_text(self.config_text())
         log = open(self.store / "nats-server.log", "ab")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(

@@ -126,6 +126,15 @@ def _service_options(f: Any) -> Any:
         ),
         click.option("--sink", help="actuator: sim or log [GANGPREEMPT_SINK]."),
         click.option(
+            "--pod-eviction",
+            help="actuator: delete or soft-eviction [GANGPREEMPT_POD_EVICTION].",
+        ),
+        click.option(
+            "--provision/--no-provision",
+            default=None,
+            help="create streams, consumers, buckets at start [GANGPREEMPT_PROVISION].",
+        ),
+        click.option(
             "--plan-timeout", help="actuator: seconds a plan may wait [GANGPREEMPT_PLAN_TIMEOUT]."
         ),
         click.option(

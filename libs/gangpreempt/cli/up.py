@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import statistics
 import sys
@@ -19,6 +20,7 @@ from rich.console import Console
 
 from gangpreempt import events
 from gangpreempt.bus import SERVICES, NatsServer, Topology, connected, follow, provision
+from gangpreempt.bus.permissions import ADMIN, server_authorization
 from gangpreempt.config import Settings, env_name
 from gangpreempt.telemetry import setup_logging
 from gangpreempt.waiting import sleep_or_stop
@@ -153,7 +155,11 @@ def summary(console: Console, tally: Tally) -> None:
 
 
 async def _live_view(
-    settings: Settings, console: Console, tally: Tally, stop: asyncio.Event
+    settings: Settings,
+    console: Console,
+    tally: Tally,
+    stop: asyncio.Event,
+    provisioned: asyncio.Event,
 ) -> None:
     topology = Topology(settings.prefix)
     async with connected(
@@ -164,6 +170,7 @@ async def _live_view(
     ) as nc:
         js = nc.jetstream()
         await provision(js, topology, lease_ttl=settings.lease_ttl)
+        provisioned.set()
 
         async def on_msg(msg: Msg) -> None:
             try:
@@ -192,6 +199,7 @@ async def run_up(
     setup_logging("up", "error")  # the live view is the output; connection chatter is not
     console = Console(stderr=False)
     own_server: NatsServer | None = None
+    passwords: dict[str, str] = {}
     tmp: tempfile.TemporaryDirectory[str] | None = None
     if external_nats:
         url = settings.nats_url
@@ -199,9 +207,14 @@ async def run_up(
         if store is None:
             tmp = tempfile.TemporaryDirectory(prefix="gangpreempt-")
             store = tmp.name
-        own_server = NatsServer(store).start()
+        passwords = {user: secrets.token_urlsafe(18) for user in (ADMIN, *SERVICES)}
+        auth = server_authorization(Topology(settings.prefix), passwords)
+        own_server = NatsServer(store, extra_config=auth).start()
         url = own_server.url
-        console.print(f"nats-server on {url} (JetStream store {store}, sync_interval always)")
+        console.print(
+            f"nats-server on {url} (JetStream store {store}, sync_interval always; "
+            f"a user per service, configuration in {own_server.config_path})"
+        )
     logs = os.path.join(store or tempfile.gettempdir(), "logs")
     os.makedirs(logs, exist_ok=True)
     env = dict(os.environ)
@@ -217,20 +230,36 @@ async def run_up(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     view_settings = msgspec.structs.replace(settings, nats_url=url)
+    if passwords:  # our own server: the view provisions as admin, services as themselves
+        view_settings = msgspec.structs.replace(
+            view_settings, nats_user=ADMIN, nats_password=passwords[ADMIN]
+        )
+        env[env_name("provision")] = "false"
     tally = Tally()
-    view = asyncio.ensure_future(_live_view(view_settings, console, tally, stop))
-    await asyncio.sleep(0.3)  # the live view subscribes before anything is published
+    provisioned = asyncio.Event()
+    view = asyncio.ensure_future(_live_view(view_settings, console, tally, stop, provisioned))
+    # Streams, consumers and buckets exist, and the view follows, before any service starts.
+    waiter = asyncio.ensure_future(provisioned.wait())
+    await asyncio.wait({waiter, view}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+    if view.done():
+        waiter.cancel()
+        await view  # raises what stopped it
+    await asyncio.sleep(0.1)
     procs: dict[str, asyncio.subprocess.Process] = {}
     try:
         for service in SERVICES:
             log_file = open(os.path.join(logs, f"{service}.log"), "ab")  # noqa: SIM115
+            service_env = dict(env)
+            if passwords:
+                service_env[env_name("nats_user")] = service
+                service_env[env_name("nats_password")] = passwords[service]
             procs[service] = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
                 "gangpreempt.cli",
                 "serve",
                 service,
-                env=env,
+                env=service_env,
                 stdout=log_file,
                 stderr=log_file,
             )

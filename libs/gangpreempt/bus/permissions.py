@@ -1,0 +1,99 @@
+"""Who may do what on the bus: one NATS user per service, each allowed to publish only
+its own events (and its own dead letters) and to use only its own consumer and buckets,
+plus an ``admin`` user that creates the streams, consumers and buckets beforehand.
+
+The subjects follow from the topology (see ``topology``); the JetStream API subjects are
+the ones each service's calls use (checked by the permission tests against a real
+nats-server)."""
+
+from __future__ import annotations
+
+import json
+
+from gangpreempt.bus.topology import SERVICES, Topology
+
+ADMIN = "admin"
+
+
+def inbox_prefix(service: str) -> str:
+    """The reply-subject prefix a service's connection uses (its private inbox)."""
+    return f"_INBOX_{service}"
+
+
+def _consumer(stream: str, durable: str) -> list[str]:
+    """Bind to (or create) one durable pull consumer, fetch from it and ack its messages
+    (both ack subject formats: v1, and 2.14's v2 with domain and account hash)."""
+    return [
+        f"$JS.API.CONSUMER.INFO.{stream}.{durable}",
+        f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.>",
+        f"$JS.API.CONSUMER.CREATE.{stream}.{durable}",
+        f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}",
+        f"$JS.ACK.{stream}.{durable}.>",
+        f"$JS.ACK.*.*.{stream}.{durable}.>",
+    ]
+
+
+def _bucket(bucket: str) -> list[str]:
+    stream = f"KV_{bucket}"
+    return [
+        f"$KV.{bucket}.>",
+        f"$JS.API.STREAM.INFO.{stream}",
+        f"$JS.API.STREAM.MSG.GET.{stream}",
+        f"$JS.API.DIRECT.GET.{stream}.>",
+    ]
+
+
+def _follow_state(topology: Topology) -> list[str]:
+    """The state replica: ordered (ephemeral) consumers on STATE, with flow control."""
+    stream = topology.state_stream
+    return [
+        f"$JS.API.STREAM.INFO.{stream}",
+        f"$JS.API.CONSUMER.CREATE.{stream}",
+        f"$JS.API.CONSUMER.CREATE.{stream}.>",
+        f"$JS.API.CONSUMER.DELETE.{stream}.>",
+        f"$JS.API.CONSUMER.INFO.{stream}.>",
+        f"$JS.FC.{stream}.>",
+    ]
+
+
+def service_permissions(topology: Topology, service: str) -> dict[str, object]:
+    """``{"publish": {"allow": [...]}, "subscribe": {"allow": [...]}}`` for ``service``."""
+    if service not in SERVICES:
+        raise ValueError(f"unknown service {service!r}")
+    publish = [
+        "$JS.API.INFO",
+        topology.dlq_subject(service),
+        *_follow_state(topology),
+    ]
+    subscribe = [f"{inbox_prefix(service)}.>"]
+    if service == "ingest":
+        publish.append(f"{topology.prefix}.state.>")
+        publish += _consumer(topology.decisions_stream, topology.durable(service))
+        subscribe.append(f"{topology.prefix}.sim.*")  # the sim cluster answers requests
+    else:
+        publish.append(topology.service_wildcard(service))
+        publish += _consumer(topology.decisions_stream, topology.durable(service))
+    if service == "actuator":
+        publish += [topology.sim_read, topology.sim_evict]
+        publish += _bucket(topology.plans_bucket) + _bucket(topology.leases_bucket)
+    return {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}
+
+
+def server_authorization(topology: Topology, passwords: dict[str, str]) -> str:
+    """The ``authorization`` block of nats-server's configuration: ``admin`` with every
+    right, each service with its own (``passwords`` maps user to password)."""
+    users = []
+    for user, password in sorted(passwords.items()):
+        entry: dict[str, object] = {"user": user, "password": password}
+        if user != ADMIN:
+            perms = service_permissions(topology, user)
+            if user == "ingest":
+                perms["allow_responses"] = True  # the sim cluster replies to the actuator
+            entry["permissions"] = perms
+        users.append(entry)
+    # nats-server's configuration format accepts JSON values.
+    return "authorization {\n  users: " + json.dumps(users, indent=2) + "\n}\n"
+
+
+__all__ = ["ADMIN", "inbox_prefix", "server_authorization", "service_permissions"]

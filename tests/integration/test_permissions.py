@@ -1,0 +1,136 @@
+"""Per-service NATS users against a real nats-server: each service may publish its own
+events and dead letters, use its own consumer and buckets, and nothing else; nobody but
+the admin reads the dead letters."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from gangpreempt import events
+from gangpreempt.bus import SERVICES, NatsServer, Topology, connected, provision
+from gangpreempt.bus.permissions import ADMIN, inbox_prefix, server_authorization
+
+pytestmark = pytest.mark.integration
+TOPOLOGY = Topology("perm")
+PASSWORDS = {user: secrets.token_urlsafe(12) for user in (ADMIN, *SERVICES)}
+
+
+@pytest.fixture(scope="module")
+def secured_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    auth = server_authorization(TOPOLOGY, PASSWORDS)
+    server = NatsServer(str(tmp_path_factory.mktemp("nats-auth")), extra_config=auth).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def provisioned(secured_url: str) -> str:
+    """The streams, consumers and buckets, created by the admin (idempotent)."""
+    async with connected(secured_url, "admin", user=ADMIN, password=PASSWORDS[ADMIN]) as nc:
+        await provision(nc.jetstream(), TOPOLOGY, lease_ttl=2.0)
+    return secured_url
+
+
+def as_service(url: str, service: str) -> object:
+    return connected(
+        url,
+        service,
+        user=service,
+        password=PASSWORDS[service],
+        inbox_prefix=inbox_prefix(service),
+    )
+
+
+def pending(workload: str) -> events.Pending:
+    return events.Pending(
+        id=f"pending-{secrets.token_hex(4)}",
+        occurred_at=datetime.now(UTC),
+        workload=workload,
+        uid="",
+        cluster_queue="q",
+        mode="NoFit",
+        message="m",
+    )
+
+
+def proposed() -> events.PlanProposed:
+    return events.PlanProposed(
+        id=f"proposed-{secrets.token_hex(4)}",
+        occurred_at=datetime.now(UTC),
+        plan_id="p",
+        request_id="r",
+        preemptor="Workload/ns/w",
+        preemptor_uid="",
+        cluster_queue="q",
+        pod_sets=(),
+        flavors={},
+        victims=(),
+    )
+
+
+async def publish(nc: Client, event: events.Event) -> None:
+    await nc.jetstream().publish(TOPOLOGY.subject_of(event), events.encode(event), timeout=1.0)
+
+
+async def test_a_service_publishes_its_own_events(provisioned: str) -> None:
+    async with as_service(provisioned, "quota") as nc:  # type: ignore[attr-defined]
+        await publish(nc, pending("Workload/ns/w"))
+    async with as_service(provisioned, "victims") as nc:  # type: ignore[attr-defined]
+        await publish(nc, proposed())
+
+
+@pytest.mark.parametrize(
+    ("service", "event"),
+    [
+        ("quota", proposed()),  # a victims event
+        ("victims", pending("Workload/ns/w")),  # a quota event
+        ("actuator", pending("Workload/ns/w")),
+        (
+            "victims",
+            events.ObjectDeleted(
+                id="x", occurred_at=datetime.now(UTC), kind="Pod", key="ns/p"
+            ),  # state is ingest's
+        ),
+    ],
+)
+async def test_a_service_cannot_publish_another_services_events(
+    provisioned: str, service: str, event: events.Event
+) -> None:
+    async with as_service(provisioned, service) as nc:  # type: ignore[attr-defined]
+        with pytest.raises(nats.errors.TimeoutError):
+            await publish(nc, event)
+
+
+async def test_dead_letters_are_written_by_each_service_and_read_by_the_admin_only(
+    provisioned: str,
+) -> None:
+    async with as_service(provisioned, "victims") as nc:  # type: ignore[attr-defined]
+        js = nc.jetstream()
+        await js.publish(TOPOLOGY.dlq_subject("victims"), b"bad", timeout=1.0)
+        with pytest.raises(nats.errors.TimeoutError):  # not quota's dead letters
+            await js.publish(TOPOLOGY.dlq_subject("quota"), b"bad", timeout=1.0)
+        with pytest.raises(nats.errors.TimeoutError):  # no reading them
+            await js.subscribe(
+                TOPOLOGY.dlq_subject("victims"), stream=TOPOLOGY.dlq_stream, ordered_consumer=True
+            )
+    async with connected(provisioned, "admin", user=ADMIN, password=PASSWORDS[ADMIN]) as nc:
+        info = await nc.jetstream().stream_info(TOPOLOGY.dlq_stream)
+        assert info.state.messages == 1
+
+
+async def test_only_the_actuator_uses_the_plans_bucket(provisioned: str) -> None:
+    async with as_service(provisioned, "actuator") as nc:  # type: ignore[attr-defined]
+        kv = await nc.jetstream().key_value(TOPOLOGY.plans_bucket)
+        await kv.put("probe", b"1")
+        assert (await kv.get("probe")).value == b"1"
+    async with as_service(provisioned, "quota") as nc:  # type: ignore[attr-defined]
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.jetstream().key_value(TOPOLOGY.plans_bucket)
