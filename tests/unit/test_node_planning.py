@@ -3,6 +3,7 @@ flight held, the toleration clock, job-level quota arithmetic, the gang barrier.
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from gangpreempt.planning import plan
 from gangpreempt.planning.nodeconfirm import NodeVictim, node_rejection, placement_gap
 from gangpreempt.planning.nodeplan import NodePlanner
 from gangpreempt.preemption.jobquota import JobQuota
+from gangpreempt.preemption.single import search_single
 from gangpreempt.preemption.units import tolerates
 from tests.builders import NOW
 
@@ -179,3 +181,33 @@ def test_gang_barrier_counts_running_members() -> None:
     reason = node_rejection(state, "plan", "PodGroup/default/g", [victim], placement, {})
     assert reason is not None
     assert "gone" in reason
+
+
+def test_the_vectorized_dry_run_stops_where_kube_scheduler_does() -> None:
+    """Past 100 nodes the dry run keeps kube-scheduler's candidate limit; both ways of
+    computing it stop at the same node and pick the same victims."""
+    rnd = random.Random(5)
+    state = cluster(0)
+    for i in range(1200):
+        name = f"n{i:04d}"
+        state.nodes[name] = Node(name, {GPU: 8, "cpu": 8000, "pods": 110})
+        for j in range(rnd.randint(1, 3)):
+            pod = Pod(
+                "default",
+                f"v{i:04d}-{j}",
+                {GPU: rnd.choice([2, 4]), "cpu": 1000},
+                priority=rnd.choice([0, 10, 20, 30]),
+                node_name=name,
+                start_time=NOW - timedelta(minutes=rnd.randint(1, 500)),
+            )
+            state.pods[pod.key] = pod
+    preemptor = Pod("default", "p", {GPU: 8, "cpu": 1000}, priority=100)
+    state.pods[preemptor.key] = preemptor
+    planner = NodePlanner(state, NOW)
+    args = (planner.cluster, planner.table, preemptor, 100, set())
+    fast, fast_seen = search_single(*args, vectorized=True)
+    slow, slow_seen = search_single(*args, vectorized=False)
+    assert fast is not None
+    assert slow is not None
+    assert (fast.node, [u.ref for u in fast.victims]) == (slow.node, [u.ref for u in slow.victims])
+    assert fast_seen == slow_seen < 1200  # it stopped at the limit (120 candidates)

@@ -26,6 +26,7 @@ from gangpreempt.model.queues import PriorityClass
 from gangpreempt.placement.cluster import pod_demand
 from gangpreempt.planning.decisions import PREEMPT, Decision
 from gangpreempt.planning.nodeplan import NodePlanner
+from gangpreempt.preemption.single import search_single
 from gangpreempt.preemption.units import tolerates
 from tests.builders import NOW
 
@@ -202,3 +203,27 @@ def test_priority_search_equals_brute_force(case: tuple[ClusterState, str]) -> N
         return
     assert d.outcome == PREEMPT
     assert max(v.priority for v in d.victims) == best, d.message
+
+
+@SETTINGS
+@given(clusters(gang=False, pdb=False), st.sampled_from([0, 10, 45, 70]))
+def test_the_vectorized_dry_run_equals_the_node_by_node_walk(
+    case: tuple[ClusterState, str], priority: int
+) -> None:
+    """``preemption.dryrun`` gives the node and the victims kube-scheduler's per-node
+    walk gives, on every generated cluster without PDBs."""
+    state, ref = case
+    planner = NodePlanner(state, NOW)
+    pod = state.pods[ref.removeprefix("Pod/")]
+    args = (planner.cluster, planner.table, pod, priority, set())
+    fast, fast_seen = search_single(*args, vectorized=True)
+    slow, slow_seen = search_single(*args, vectorized=False)
+    if slow is None:
+        assert fast is None
+    else:
+        assert fast is not None
+        assert (fast.node, [u.ref for u in fast.victims]) == (
+            slow.node,
+            [u.ref for u in slow.victims],
+        )
+    assert fast_seen == slow_seen

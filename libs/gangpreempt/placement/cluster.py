@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import msgspec
 
@@ -100,8 +101,11 @@ class NodeCluster:
             view.pods.append(pod)
             view.use(self.demand(pod))
         self._by_free: dict[str, tuple[list[int], list[int]]] = {}
+        # free room as arrays per resource set (preemption.dryrun), dropped on a change
+        self.free_rows: dict[tuple[str, ...], Any] = {}
+        self.allowed_rows: dict[bytes, Any] = {}  # per scheduling constraints
         for view in self.nodes:
-            view.on_change = self._by_free.clear
+            view.on_change = self._changed
         self.group_priority: dict[str, tuple[int, int]] = {
             key: self._group_priorities(group, default)
             for key, group in sorted(state.pod_groups.items())
@@ -131,6 +135,10 @@ class NodeCluster:
                 v for v in self.nodes if unresolvable(constraints, v.node) is None
             ]
         return nodes
+
+    def _changed(self) -> None:
+        self._by_free.clear()
+        self.free_rows.clear()
 
     def with_room(self, demand: Mapping[str, int]) -> list[int]:
         """Positions (in ``nodes``) of the nodes with at least ``demand`` free, ascending.

@@ -18,6 +18,7 @@ from datetime import datetime
 from gangpreempt.model.pods import Pod
 from gangpreempt.placement.cluster import NodeCluster, NodeView, add_into
 from gangpreempt.placement.fit import fits
+from gangpreempt.preemption.dryrun import dry_run
 from gangpreempt.preemption.units import Unit, UnitTable
 
 MIN_CANDIDATES_ABSOLUTE = 100
@@ -148,13 +149,22 @@ def search_single(
     pod: Pod,
     priority: int,
     exclude: frozenset[str] | set[str],
+    vectorized: bool = True,
 ) -> tuple[NodeCandidate | None, int]:
     """The best node and its victims for a lone pod (None when no node helps), and how
-    many nodes the dry run evaluated. ``exclude``: units that are not candidates."""
+    many nodes the dry run evaluated. ``exclude``: units that are not candidates. Without
+    PDBs or nominated pods in the way, all nodes are evaluated at once (``dryrun``);
+    ``vectorized=False`` forces the node-by-node walk (the reference)."""
     demand = cluster.demand(pod)
     nominated = nominated_usage(cluster, pod, priority)
-    eligible = table.eligible(priority)
     limit = candidate_limit(len(cluster.allowed(pod.scheduling)))
+    if vectorized and not table.covering and not nominated:
+        found_at, looked = dry_run(cluster, table, pod, priority, exclude, limit)
+        if found_at is None:
+            return None, looked
+        position, victims = found_at
+        return NodeCandidate(cluster.nodes[position].name, position, victims, 0), looked
+    eligible = table.eligible(priority)
     found: list[NodeCandidate] = []
     clean = 0
     evaluated = 0

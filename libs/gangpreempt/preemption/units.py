@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from gangpreempt.model.pods import PREEMPTIBLE_LABEL, UNIT_GROUP, Pod
 from gangpreempt.model.queues import PriorityClass
@@ -99,6 +100,7 @@ class UnitTable:
             for node, demand in here.items():
                 self.on_node.setdefault(node, []).append((unit, demand))
         self._eligible: dict[int, frozenset[str]] = {}
+        self.columns: dict[tuple[str, ...], Any] = {}  # preemption.dryrun's, per resource set
         # unit -> PDB keys covering each of its pods (kube-scheduler's matching rule)
         self.covering: dict[str, list[list[str]]] = {}
         pdbs = list(cluster.state.pdbs.values())
