@@ -53,7 +53,7 @@ class NodeColumns:
         self.position = position
 
 
-def _columns(table: UnitTable, resources: tuple[str, ...]) -> NodeColumns:
+def columns(table: UnitTable, resources: tuple[str, ...]) -> NodeColumns:
     cols = table.columns.get(resources)
     if not isinstance(cols, NodeColumns):
         cols = table.columns[resources] = NodeColumns(table, resources)
@@ -135,7 +135,7 @@ def dry_run(
     demand = cluster.demand(pod)
     resources = tuple(sorted(r for r, v in demand.items() if v > 0))
     need = np.array([demand[r] for r in resources], dtype=np.int64)
-    cols = _columns(table, resources)
+    cols = columns(table, resources)
     if cols.index.shape[1] == 0:
         return None, 0
     takeable = _takeable(table, cols, resources, priority, exclude)
@@ -175,4 +175,4 @@ def dry_run(
     return (int(rows[best]), chosen), evaluated
 
 
-__all__ = ["NodeColumns", "dry_run"]
+__all__ = ["NodeColumns", "columns", "dry_run"]

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
+
+import numpy as np
 
 from gangpreempt.placement.cluster import NodeView
 from gangpreempt.placement.fit import fits, take
 from gangpreempt.placement.gang import Free, Shape, copy_free, place
+from gangpreempt.preemption.dryrun import columns
 from gangpreempt.preemption.single import victim_score
 from gangpreempt.preemption.units import Unit, UnitTable
 
@@ -98,6 +101,8 @@ class GangSearch:
             self.resources.update(s.demand)
         self.skipped: list[str] = []  # why domains were skipped, for the message
         self._bases: dict[str, Free] = {}
+        self._base_rows: dict[tuple[str, ...], Any] = {}  # the whole cluster's base, as arrays
+        self._allowed_rows: dict[tuple[str, ...], Any] = {}
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -160,7 +165,34 @@ class GangSearch:
         return place(shapes, free, order, self.required)
 
     def feasible(self, shapes: list[Shape], base: Free, units: Sequence[Unit]) -> bool:
-        return self._quota_ok(units) and self._place(shapes, self._freed(base, units)) is not None
+        if not self._quota_ok(units):
+            return False
+        if len(shapes) == 1 and len(base) == len(self.table.cluster.nodes):
+            # One pod shape over the whole cluster: greedy first-fit places the pods iff
+            # the nodes' room, counted in whole pods, adds up; counted on the column arrays.
+            return self._room_in_pods(shapes[0], base, units) >= self.required.get(0, 0)
+        return self._place(shapes, self._freed(base, units)) is not None
+
+    def _room_in_pods(self, shape: Shape, base: Free, units: Sequence[Unit]) -> int:
+        resources = tuple(sorted(r for r, v in shape.demand.items() if v > 0))
+        cols = columns(self.table, resources)
+        rows = self._base_rows.get(resources)
+        if rows is None:
+            nodes = self.table.cluster.nodes
+            rows = self._base_rows[resources] = np.array(
+                [[base[v.name].get(r, 0) for r in resources] for v in nodes], dtype=np.int64
+            ).reshape(len(nodes), len(resources))
+            allowed = set(shape.allowed)
+            self._allowed_rows[resources] = np.array(
+                [v.name in allowed for v in nodes], dtype=np.bool_
+            )
+        usable = np.zeros(len(cols.units), dtype=np.bool_)
+        usable[[cols.position[u.ref] for u in units if u.ref in cols.position]] = True
+        mask = cols.present & usable[np.where(cols.present, cols.index, 0)]
+        free = rows + (cols.taken * mask[:, :, None]).sum(axis=1)
+        need = np.array([shape.demand[r] for r in resources], dtype=np.int64)
+        fits = np.clip(free // need, 0, None).min(axis=1)
+        return int(fits[self._allowed_rows[resources]].sum())
 
     # -- the search -----------------------------------------------------------------------
 
