@@ -175,4 +175,4 @@ def dry_run(
     return (int(rows[best]), chosen), evaluated
 
 
-__all__ = ["NodeColumns", "columns", "dry_run"]
+__all__ = ["NodeColumns", "Takeable", "columns", "dry_run"]

@@ -25,7 +25,7 @@ import numpy as np
 from gangpreempt.placement.cluster import NodeView
 from gangpreempt.placement.fit import fits, take
 from gangpreempt.placement.gang import Free, Shape, copy_free, place
-from gangpreempt.preemption.dryrun import columns
+from gangpreempt.preemption.dryrun import Takeable, columns
 from gangpreempt.preemption.single import victim_score
 from gangpreempt.preemption.units import Unit, UnitTable
 
@@ -188,8 +188,7 @@ class GangSearch:
             )
         usable = np.zeros(len(cols.units), dtype=np.bool_)
         usable[[cols.position[u.ref] for u in units if u.ref in cols.position]] = True
-        mask = cols.present & usable[np.where(cols.present, cols.index, 0)]
-        free = rows + (cols.taken * mask[:, :, None]).sum(axis=1)
+        free = rows + Takeable(cols, usable).freed
         need = np.array([shape.demand[r] for r in resources], dtype=np.int64)
         fits = np.clip(free // need, 0, None).min(axis=1)
         return int(fits[self._allowed_rows[resources]].sum())
