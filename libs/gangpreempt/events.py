@@ -112,6 +112,7 @@ class PlannedVictim(msgspec.Struct, frozen=True):
     priority: int
     evicting: bool = False
     pods: tuple[str, ...] = ()  # node-level: every pod that will be deleted (Pod/ns/name)
+    pod_uids: tuple[str, ...] = ()  # their uids, in the same order ("" when unknown)
 
 
 class PlanProposed(Event, frozen=True, kw_only=True, tag=True):

@@ -163,7 +163,10 @@ class Actuator:
         live = await self.sink.read([p.preemptor, *(v.object for v in p.victims), *pods])
         stale = stale_reason(
             PlannedObject(p.preemptor, p.preemptor_uid, ""),
-            [PlannedObject(v.object, v.uid, v.resource_version, v.pods) for v in p.victims],
+            [
+                PlannedObject(v.object, v.uid, v.resource_version, v.pods, v.pod_uids)
+                for v in p.victims
+            ],
             live,
         )
         if stale is not None:

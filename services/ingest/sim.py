@@ -107,9 +107,15 @@ class SimCluster:
 
     async def upsert(self, obj: Any) -> Any:
         self.rv += 1
-        if isinstance(obj, Workload | Pod):
+        if isinstance(obj, Workload):
             obj = msgspec.structs.replace(
                 obj, resource_version=str(self.rv), uid=obj.uid or f"sim-{obj.namespace}-{obj.name}"
+            )
+        elif isinstance(obj, Pod):  # each incarnation of a pod gets its own uid
+            obj = msgspec.structs.replace(
+                obj,
+                resource_version=str(self.rv),
+                uid=obj.uid or f"sim-{obj.namespace}-{obj.name}-{self.rv}",
             )
         kinds.put(self.world, obj)
         kind, key = kinds.kind_of(obj), kinds.key_of(obj)

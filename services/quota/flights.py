@@ -20,8 +20,8 @@ class Flight(msgspec.Struct):
 
 
 class Flights:
-    def __init__(self, on_end: Callable[[Flight], None]) -> None:
-        self.on_end = on_end  # called once for every flight that ends
+    def __init__(self, on_end: Callable[[str, Flight], None]) -> None:
+        self.on_end = on_end  # called once for every flight that ends (preemptor, flight)
         self.by_preemptor: dict[str, Flight] = {}
         # preemptor -> STATE seq of its last failed attempt: retry only once state moved on
         self.failed_at: dict[str, int] = {}
@@ -29,7 +29,7 @@ class Flights:
     def end(self, preemptor: str) -> None:
         flight = self.by_preemptor.pop(preemptor, None)
         if flight is not None:
-            self.on_end(flight)
+            self.on_end(preemptor, flight)
 
     def start(self, preemptor: str, request_id: str) -> Flight:
         flight = self.by_preemptor[preemptor] = Flight(request_id=request_id)

@@ -9,7 +9,7 @@ Koordinator's in-flight cache)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 import msgspec
@@ -28,7 +28,13 @@ class NodePlanHeld(msgspec.Struct, frozen=True):
     preemptor: str
     placement: dict[str, str]
     victims: tuple[str, ...]  # unit refs
-    pods: tuple[str, ...]  # every victim pod
+    pods: dict[str, tuple[tuple[str, str], ...]]  # victim -> its pods: (ref, uid or "")
+
+
+def pod_left(state: ClusterState, ref: str, uid: str) -> bool:
+    """A victim pod has left: gone, replaced by another pod of that name, or unbound."""
+    pod = state.pods.get(ref.removeprefix("Pod/"))
+    return pod is None or (bool(uid) and pod.uid != uid) or not pod.running
 
 
 class NodeBook:
@@ -50,7 +56,7 @@ class NodeBook:
 
     def confirm(self, state: ClusterState, p: events.PlanProposed) -> str | None:
         """Why the proposed node-level plan is rejected, or None (then it is held)."""
-        victims = [NodeVictim(v.object, v.uid, v.pods) for v in p.victims]
+        victims = [NodeVictim(v.object, v.uid, v.pods, v.pod_uids) for v in p.victims]
         reason = node_rejection(state, p.plan_id, p.preemptor, victims, p.placement, self.claimed())
         if reason is None:
             self.hold(p.preemptor, p)
@@ -61,19 +67,35 @@ class NodeBook:
         its Workload victims) must still be there; then its placement is held too."""
         if not p.placement:
             return None
-        victims = [NodeVictim(v.object, "", v.pods) for v in p.victims if v.pods]
+        victims = [NodeVictim(v.object, "", v.pods, v.pod_uids) for v in p.victims if v.pods]
         reason = victim_rejection(state, p.plan_id, victims, self.claimed())
         if reason is None:
             self.hold(key, p)
         return reason
 
     def hold(self, key: str, p: events.PlanProposed) -> None:
+        pods: dict[str, tuple[tuple[str, str], ...]] = {}
+        for v in p.victims:
+            uids = list(v.pod_uids) + [""] * (len(v.pods) - len(v.pod_uids))
+            pods[v.object] = tuple(zip(v.pods, uids, strict=True))
         self.plans[key] = NodePlanHeld(
-            p.plan_id,
-            p.preemptor,
-            dict(p.placement),
-            tuple(v.object for v in p.victims),
-            tuple(pod for v in p.victims for pod in v.pods),
+            p.plan_id, p.preemptor, dict(p.placement), tuple(v.object for v in p.victims), pods
+        )
+
+    def actuated(self, key: str, done: Iterable[str]) -> None:
+        """The plan was actuated: only the victims evicted (``done``) will leave; the
+        flight waits for their pods alone."""
+        held = self.plans.get(key)
+        if held is None:
+            return
+        pods = {v: held.pods.get(v, ()) for v in done}
+        self.plans[key] = msgspec.structs.replace(held, pods=pods)
+
+    def victims_gone(self, state: ClusterState, key: str) -> bool:
+        """Every victim pod of the plan held for ``key`` has left (True without one)."""
+        held = self.plans.get(key)
+        return held is None or all(
+            pod_left(state, ref, uid) for pods in held.pods.values() for ref, uid in pods
         )
 
     def end(self, preemptor: str) -> None:
@@ -91,11 +113,7 @@ class NodeBook:
                 flights.end(ref)
                 self.end(ref)
                 continue
-            if (
-                flight.status == ACTUATED
-                and held is not None
-                and all(pod.removeprefix("Pod/") not in state.pods for pod in held.pods)
-            ):
+            if flight.status == ACTUATED and held is not None and self.victims_gone(state, ref):
                 flights.end(ref)
                 self.end(ref)
 
@@ -117,6 +135,8 @@ def _still_pending(state: ClusterState, ref: str, held: NodePlanHeld | None) -> 
     if kind == "Pod":
         pod = state.pods.get(key)
         return pod is not None and pod.pending
+    if kind == "PodGroup" and key not in state.pod_groups:
+        return False  # the gang itself is gone
     if held is not None:
         return any(
             (pod := state.pods.get(r.removeprefix("Pod/"))) is not None and pod.pending
@@ -160,6 +180,8 @@ def node_events(
         if pre.ref in flights.by_preemptor:
             continue
         d = planner.decide(pre)
+        if d.outcome == "Preempt" and not flights.may_request(pre.ref, seq):
+            continue  # failed lately: waits for the state to change, holds nothing meanwhile
         planner.commit(pre, d)
         # The same decision is published once per incarnation of the preemptor's pods.
         pods = tuple(sorted(f"{p.key}:{p.uid}:{p.resource_version}" for p in pre.pods))
@@ -168,8 +190,6 @@ def node_events(
             if fresh(pre.ref, signature):
                 outbox.append(_admitted(d, now, seq))
         elif d.outcome == "Preempt":
-            if not flights.may_request(pre.ref, seq):
-                continue
             request_id = new_request_id()
             flights.start(pre.ref, request_id)
             fresh(pre.ref, ("Preempt", request_id))

@@ -62,9 +62,10 @@ class Quota:
             concurrency=16,
         )
 
-    def flight_ended(self, flight: Flight) -> None:
+    def flight_ended(self, preemptor: str, flight: Flight) -> None:
         if flight.plan is not None and self.live.ledger is not None:
             self.live.ledger.unhold(flight.plan.plan_id)
+        self.nodes.end(preemptor)  # its placement and node victims are no longer held
 
     def on_state_change(self, kind: str, old: Any, new: Any) -> None:
         self.changes += 1
@@ -119,6 +120,7 @@ class Quota:
                     (v := state.workloads.get(victim)) is None or not v.holds_quota
                     for victim in flight.plan.victims
                 )
+                and self.nodes.victims_gone(state, key)
             ):
                 self.flights.end(key)
 
@@ -137,7 +139,8 @@ class Quota:
                 log.warning("node-level decisions skipped until the state changes", error=str(exc))
                 planner = None
         assert self.live.ledger is not None
-        claimed = set(self.live.ledger.held_victims)  # victims of the plans in flight
+        # victims of the plans in flight: Kueue workloads by key, node-level units by ref
+        claimed = set(self.live.ledger.held_victims) | set(self.nodes.claimed())
         outbox: list[events.Event] = []
         for d in decisions:
             key = key_of(d.preemptor)
@@ -249,6 +252,8 @@ class Quota:
                 and flight.plan.plan_id == event.plan_id
             ):
                 flight.status = ACTUATED
+                # only the victims actually evicted will leave
+                self.nodes.actuated(self.flight_key(event.preemptor), event.victims)
         self.dirty.set()
 
     def flight_key(self, ref: str) -> str:
@@ -274,7 +279,9 @@ class Quota:
             await self.replica.wait_seq(p.state_seq)
             assert self.live.ledger is not None
             self.nodes.prune(self.flights)
-            if node_level:
+            if self.flights.by_preemptor.get(key) is not flight:
+                reason = "the preemption request ended while the plan was checked"
+            elif node_level:
                 reason = self.nodes.confirm(self.replica.state, p)
             else:
                 reason = rejection(
@@ -301,7 +308,8 @@ class Quota:
             )
             log.info("plan confirmed", plan_id=p.plan_id, workload=p.preemptor)
         else:
-            if flight is not None and flight.request_id == p.request_id:
+            current = self.flights.by_preemptor.get(key)
+            if current is not None and current is flight and flight.request_id == p.request_id:
                 self.flights.fail(key, self.replica.seq)
             await self.ctx.publisher.publish(
                 events.PlanRejected(

@@ -46,6 +46,10 @@ def planned(state: ClusterState, v: Victim) -> events.PlannedVictim:
         priority=v.priority,
         evicting=v.evicting,
         pods=tuple(v.pods),
+        pod_uids=tuple(
+            (pod.uid if (pod := state.pods.get(ref.removeprefix("Pod/"))) is not None else "")
+            for ref in v.pods
+        ),
     )
 
 

@@ -132,4 +132,90 @@ def gpu_cluster(
     )
 
 
-__all__ = ["full_cluster", "gpu_cluster"]
+KUEUE_GPU = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: gpus}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, nvidia.com/gpu]
+    flavors:
+    - name: default
+      resources: [{name: cpu, nominalQuota: 100}, {name: nvidia.com/gpu, nominalQuota: 16}]
+  preemption: {withinClusterQueue: LowerPriority}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {namespace: default, name: q}
+spec: {clusterQueue: gpus}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata: {namespace: default, name: low, uid: low-uid, creationTimestamp: "2025-01-01T00:00:00Z"}
+spec:
+  queueName: q
+  priority: 10
+  podSets:
+  - {name: main, count: 1, template: {spec: {containers: [{name: c, resources: {requests: {cpu: "1", nvidia.com/gpu: "8"}}}]}}}
+status:
+  admission:
+    clusterQueue: gpus
+    podSetAssignments:
+    - {name: main, count: 1, flavors: {cpu: default, nvidia.com/gpu: default}, resourceUsage: {cpu: "1", nvidia.com/gpu: "8"}}
+  conditions:
+  - {type: QuotaReserved, status: "True", reason: QuotaReserved, lastTransitionTime: "2025-01-01T00:00:01Z"}
+"""
+
+KUEUE_TRAIN = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata: {namespace: default, name: train, uid: train-uid, creationTimestamp: "2025-01-01T00:00:00Z"}
+spec:
+  queueName: q
+  priority: 1000
+  podSets:
+  - {name: main, count: 2, template: {spec: {containers: [{name: c, resources: {requests: {cpu: "1", nvidia.com/gpu: "8"}}}]}}}
+"""
+
+KUEUE_POD = """
+---
+apiVersion: v1
+kind: Pod
+metadata: {{namespace: default, name: {name}, annotations: {annotations}}}
+spec:
+  {node}priority: {priority}
+  containers: [{{name: c, resources: {{requests: {{cpu: "1", nvidia.com/gpu: "8"}}}}}}]
+"""
+
+
+def kueue_gpu_cluster(folder: Path) -> None:
+    """A Kueue ClusterQueue of 16 GPUs on two 8-GPU nodes: Kueue workload ``low`` (its pod
+    annotated ``kueue.x-k8s.io/workload``) runs on node-0, a pod outside Kueue
+    (``scratch``, priority 0) on node-1; ``train`` (priority 1000, two pods of 8 GPUs,
+    known) arrives at 0.5 s and needs both: ``low`` for the quota, ``scratch`` for room."""
+    text = KUEUE_GPU
+    for i in range(2):
+        text += NODE.format(name=f"node-{i}")
+    wl = "{kueue.x-k8s.io/workload: %s}"
+    text += KUEUE_POD.format(
+        name="low-0", annotations=wl % "low", node="nodeName: node-0\n  ", priority=10
+    )
+    text += KUEUE_POD.format(
+        name="scratch", annotations="{}", node="nodeName: node-1\n  ", priority=0
+    )
+    (folder / "cluster.yaml").write_text(text)
+    train = KUEUE_TRAIN
+    for i in range(2):
+        train += KUEUE_POD.format(
+            name=f"train-{i}", annotations=wl % "train", node="", priority=1000
+        )
+    (folder / "train.yaml").write_text(train)
+    (folder / "timeline.yaml").write_text("- at: 0.5\n  apply: train.yaml\n")
+
+
+__all__ = ["full_cluster", "gpu_cluster", "kueue_gpu_cluster"]

@@ -12,7 +12,7 @@ from nats.aio.client import Client
 from gangpreempt import events
 from gangpreempt.bus import Topology
 from tests.e2e.harness import Services, decisions, of, read_stream, sim_stats, wait_for
-from tests.e2e.scenarios import gpu_cluster
+from tests.e2e.scenarios import gpu_cluster, kueue_gpu_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 TRAIN = "PodGroup/ml/train"
@@ -105,3 +105,51 @@ async def test_victim_pod_gone_before_actuation_drops_the_plan(
     assert (await sim_stats(nc, topology)).evictions.get("PodGroup/ml/scavenger", 0) <= 1
     first = min(e.occurred_at for e in stopped)
     assert not [v for v in of(evs, events.VictimActuated) if v.occurred_at < first]
+
+
+RECREATED = """
+apiVersion: v1
+kind: Pod
+metadata: {namespace: ml, name: scavenger-0, labels: {scheduling.x-k8s.io/pod-group: scavenger}}
+spec:
+  priorityClassName: low
+  containers: [{name: c, resources: {requests: {cpu: "8", nvidia.com/gpu: "8"}}}]
+"""
+
+
+async def test_a_victim_recreated_under_its_name_does_not_hold_the_gang(
+    nc: Client, topology: Topology, services: Services, scenario_dir: Path
+) -> None:
+    """A controller re-creates a victim pod (same name, new uid, pending) as soon as the
+    plan is actuated: the old pod is gone all the same, the gang is bound."""
+    gpu_cluster(
+        scenario_dir,
+        extra_timeline=(
+            "- when: {event: PlanActuated, preemptor: PodGroup/ml/train}\n  apply: recreated.yaml\n"
+        ),
+    )
+    (scenario_dir / "recreated.yaml").write_text(RECREATED)
+    services.start()
+    evs = await wait_for(nc, topology, bound, what="the training gang bound to nodes")
+    assert len(of(evs, events.PlanActuated)) == 1
+
+
+async def test_a_kueue_workload_with_known_pods_gets_quota_and_nodes(
+    nc: Client, topology: Topology, services: Services, scenario_dir: Path
+) -> None:
+    kueue_gpu_cluster(scenario_dir)
+    services.start()
+    train = "Workload/default/train"
+    evs = await wait_for(
+        nc,
+        topology,
+        lambda e: any(a.placement for a in of(e, events.Admitted, workload=train)),
+        what="the Kueue workload admitted with its pods placed",
+    )
+    (proposal,) = of(evs, events.PlanProposed, preemptor=train)
+    assert {(v.object, v.reason) for v in proposal.victims} == {
+        ("Workload/default/low", "InClusterQueue"),
+        ("Pod/default/scratch", "PreemptionByScheduler"),
+    }
+    stats = await sim_stats(nc, topology)
+    assert stats.evictions == {"Workload/default/low": 1, "Pod/default/scratch": 1}

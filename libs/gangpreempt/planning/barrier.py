@@ -79,6 +79,7 @@ class PlannedObject(msgspec.Struct, frozen=True):
     uid: str
     resource_version: str
     pods: tuple[str, ...] = ()  # node-level victims: each pod must still be on its node
+    pod_uids: tuple[str, ...] = ()  # ...and the same pod (uid), when known
 
 
 def stale_reason(
@@ -107,10 +108,13 @@ def stale_reason(
             )
         if not lv.holds_quota:
             return f"victim {v.ref} no longer holds quota"
+        uids = dict(zip(v.pods, v.pod_uids, strict=False))
         for pod in v.pods:
             lp = live.get(pod)
             if lp is None or not lp.exists:
                 return f"victim pod {pod} no longer exists"
+            if uids.get(pod) and lp.uid != uids[pod]:
+                return f"victim pod {pod} was replaced"
             if not lp.holds_quota:
                 return f"victim pod {pod} is no longer on a node"
     return None

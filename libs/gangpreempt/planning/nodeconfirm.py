@@ -16,6 +16,7 @@ class NodeVictim(msgspec.Struct, frozen=True):
     ref: str  # Pod/ns/name or PodGroup/ns/name
     uid: str  # the pod's uid for a single-pod unit, else ""
     pods: tuple[str, ...]
+    pod_uids: tuple[str, ...] = ()  # the pods' uids when known, same order
 
 
 def _pod(state: ClusterState, ref: str) -> Pod | None:
@@ -38,6 +39,8 @@ def placement_gap(state: ClusterState, preemptor: str, placement: Mapping[str, s
     its minCount (pods already running count), or None."""
     groups = preemptor_groups(state, preemptor)
     if not groups:
+        if not preemptor.startswith("Pod/"):
+            return f"{preemptor} no longer exists"
         pod = _pod(state, preemptor)
         if pod is not None and preemptor not in placement:
             return f"no node for {preemptor}"
@@ -94,12 +97,14 @@ def victim_rejection(
         owner = claimed.get(v.ref, plan_id)
         if owner != plan_id:
             return f"victim {v.ref} is already claimed by plan {owner}"
+        uids = dict(zip(v.pods, v.pod_uids, strict=False))
         for ref in v.pods:
             pod = _pod(state, ref)
             if pod is None:
                 return f"victim pod {ref} no longer exists"
-            if v.uid and ref == v.ref and pod.uid and pod.uid != v.uid:
-                return f"victim {ref} was replaced (uid {pod.uid})"
+            uid = uids.get(ref) or (v.uid if ref == v.ref else "")
+            if uid and pod.uid and pod.uid != uid:
+                return f"victim pod {ref} was replaced (uid {pod.uid})"
             if not pod.running:
                 return f"victim pod {ref} is no longer on a node"
     return None

@@ -63,6 +63,12 @@ def plan_on(
         return _plan(snapshot, workload, excluded, priority_search)
 
 
+def promised_refs(excluded: Iterable[str]) -> list[str]:
+    """Victims promised elsewhere, as unit refs: a Kueue Workload's ``namespace/name``
+    becomes ``Workload/namespace/name``; node-level refs (``Pod/...``) stay."""
+    return [key if key.count("/") == 2 else f"Workload/{key}" for key in excluded]
+
+
 def _plan(
     snapshot: Snapshot, workload: str | None, excluded: Iterable[str], priority_search: bool
 ) -> Plan:
@@ -74,7 +80,7 @@ def _plan(
         decisions = admission_pass(snapshot)
         if state.pods:
             planner = NodePlanner(state, now, priority_search)
-            planner.promised.update(f"Workload/{key}" for key in excluded)
+            planner.promised.update(promised_refs(excluded))
             decisions = with_nodes(planner, decisions) + node_decisions(planner)
         return Plan(now=rfc3339(now), decisions=decisions)
     _kind, namespace, name = parse_object_ref(workload)
@@ -97,7 +103,7 @@ def _plan(
     d = decision(evaluate(snapshot, pending))
     if state.pods:
         planner = NodePlanner(state, now, priority_search)
-        planner.promised.update(f"Workload/{key}" for key in excluded)
+        planner.promised.update(promised_refs(excluded))
         d = planner.compose(d)
     return Plan(now=rfc3339(now), decisions=[d])
 
