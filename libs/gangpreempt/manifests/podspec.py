@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gangpreempt.manifests.fields import Fields
+from gangpreempt.model.quantity import add_into
 from gangpreempt.model.scheduling import (
     NodeSelectorRequirement,
     NodeSelectorTerm,
@@ -13,11 +14,6 @@ from gangpreempt.model.scheduling import (
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
-
-
-def _add(into: dict[str, int], more: dict[str, int]) -> None:
-    for res, v in more.items():
-        into[res] = into.get(res, 0) + v
 
 
 def _max(into: dict[str, int], more: dict[str, int]) -> None:
@@ -41,26 +37,26 @@ def pod_requests(spec: Fields) -> dict[str, int]:
     before it, sum of containers plus sidecars) plus overhead."""
     containers: dict[str, int] = {}
     for c in spec.maps("containers"):
-        _add(containers, container_requests(c))
+        add_into(containers, container_requests(c))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     for c in spec.maps("initContainers"):
         req = container_requests(c)
         if c.raw("restartPolicy") == "Always":
-            _add(sidecars, req)
+            add_into(sidecars, req)
             _max(init_peak, sidecars)
         else:
             step = dict(sidecars)
-            _add(step, req)
+            add_into(step, req)
             _max(init_peak, step)
     total = dict(containers)
-    _add(total, sidecars)
+    add_into(total, sidecars)
     _max(total, init_peak)
     pod_level = spec.map_or_empty("resources").amounts("requests")
     for name in ("cpu", "memory"):
         if name in pod_level:
             total[name] = pod_level[name]
-    _add(total, spec.amounts("overhead"))
+    add_into(total, spec.amounts("overhead"))
     return {res: v for res, v in total.items()}
 
 

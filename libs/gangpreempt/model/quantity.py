@@ -9,6 +9,7 @@ number, then stored in the unit Kueue accounts in: milli-units for ``cpu``, whol
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from fractions import Fraction
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -96,4 +97,10 @@ def format_amount(resource: str, amount: int) -> str:
     return str(amount)
 
 
-__all__ = ["QuantityError", "format_amount", "parse_exact", "to_amount"]
+def add_into(into: dict[str, int], more: Mapping[str, int], sign: int = 1) -> None:
+    """``into += sign * more``, resource by resource (amounts as the model keeps them)."""
+    for res, v in more.items():
+        into[res] = into.get(res, 0) + sign * v
+
+
+__all__ = ["QuantityError", "add_into", "format_amount", "parse_exact", "to_amount"]

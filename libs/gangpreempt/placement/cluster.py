@@ -13,14 +13,10 @@ import msgspec
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import NEVER, PODS, Node, Pod, PodGroup
+from gangpreempt.model.quantity import add_into
 from gangpreempt.model.queues import PriorityClass
 from gangpreempt.model.scheduling import SchedulingConstraints
 from gangpreempt.placement.fit import unresolvable
-
-
-def add_into(into: dict[str, int], more: Mapping[str, int], sign: int = 1) -> None:
-    for res, v in more.items():
-        into[res] = into.get(res, 0) + sign * v
 
 
 def pod_demand(pod: Pod) -> dict[str, int]:

@@ -57,6 +57,7 @@ class NodePlanner:
         self.table = UnitTable(self.cluster, now)
         self.priority_search = priority_search
         self.promised: set[str] = set()  # units (refs) already chosen as victims
+        self._members_by_quota: dict[str, list[Pod]] | None = None
 
     # -- preemptors -----------------------------------------------------------------------
 
@@ -144,13 +145,22 @@ class NodePlanner:
         eq = quota_of(self.state, pre.pods[0])
         if eq is None:
             return None
-        members = [
-            p for p in self.state.pods.values() if p.running and quota_of(self.state, p) == eq
-        ]
+        members = self._quota_members().get(eq.key, [])
         demand: dict[str, int] = {}
         for p in pre.pods:
             add_into(demand, p.requests)
         return JobQuota(eq, members, demand, any(non_preemptible(p) for p in pre.pods))
+
+    def _quota_members(self) -> dict[str, list[Pod]]:
+        """ElasticQuota key -> its running pods, found once per snapshot."""
+        if self._members_by_quota is None:
+            self._members_by_quota = {}
+            if self.state.elastic_quotas:
+                for pod in self.state.pods.values():
+                    eq = quota_of(self.state, pod) if pod.running else None
+                    if eq is not None:
+                        self._members_by_quota.setdefault(eq.key, []).append(pod)
+        return self._members_by_quota
 
     def _need(self, group: PodGroup) -> int:
         """How many more of the group's pods must be placed: minCount less its members
