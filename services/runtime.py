@@ -24,6 +24,7 @@ from gangpreempt.bus.permissions import inbox_prefix
 from gangpreempt.config import Settings
 from gangpreempt.telemetry import setup_logging, setup_tracing, shutdown_tracing
 from gangpreempt.waiting import sleep_or_stop
+from services.health import health_endpoint
 
 log = structlog.get_logger("gangpreempt.service")
 
@@ -80,18 +81,32 @@ async def _run_service(service: str, settings: Settings, main: Main) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    ready: list[Client] = []  # the connection, once the service has started its work
+
+    def is_ready() -> bool:
+        return bool(ready) and ready[0].is_connected
+
     try:
-        async with connected(
-            settings.nats_url,
-            f"gangpreempt-{service}",
-            user=settings.nats_user,
-            password=settings.nats_password,
-            inbox_prefix=inbox_prefix(service),
-        ) as nc:
+        async with (
+            health_endpoint(settings.health_port, is_ready),
+            connected(
+                settings.nats_url,
+                f"gangpreempt-{service}",
+                user=settings.nats_user,
+                password=settings.nats_password,
+                inbox_prefix=inbox_prefix(service),
+            ) as nc,
+        ):
             ctx = ServiceContext(service, settings, nc, stop)
             if settings.provision:
-                await provision(ctx.js, ctx.topology, lease_ttl=settings.lease_ttl)
+                await provision(
+                    ctx.js,
+                    ctx.topology,
+                    lease_ttl=settings.lease_ttl,
+                    replicas=settings.stream_replicas,
+                )
             log.info("started", prefix=settings.prefix, nats=settings.nats_url)
+            ready.append(nc)
             await main(ctx)
     finally:
         shutdown_tracing()

@@ -26,7 +26,8 @@ class EvictRequest(msgspec.Struct, frozen=True):
     reason: str
     fencing_token: int
     pods: tuple[str, ...] = ()  # node-level victims: the pods to delete
-    mode: str = ""  # "kueue", "delete" or "soft-eviction" (see actuator.sinks)
+    mode: str = ""  # "kueue", "delete", "eviction" or "soft-eviction" (see actuator.sinks)
+    pod_uids: tuple[str, ...] = ()  # the uid of each of ``pods`` the plan was made for
 
 
 class EvictReply(msgspec.Struct, frozen=True):

@@ -23,27 +23,46 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Create the streams, consumers and buckets at start (needs a user allowed to; with
     # per-service users an admin provisions beforehand and services run with false).
     provision: bool = True
+    # NATS stream replicas when provisioning (1 locally, 3 on a 3-node JetStream cluster)
+    stream_replicas: int = 1
+    # Port of the /healthz and /readyz HTTP endpoints (0: none)
+    health_port: int = 0
     # ingest
+    source: str = "manifests"  # manifests | kubernetes
     scenario: str | None = None  # a manifests file or folder (with an optional timeline.yaml)
+    # kubernetes (ingest source and actuator sink): a kubeconfig file, else in-cluster
+    kubeconfig: str | None = None
+    kube_context: str | None = None
+    relist_interval: float = 300.0  # seconds between full relists that republish the state
     sim: bool = True  # ingest keeps a simulated cluster that applies admissions and evictions
     termination_delay: float = 2.0  # seconds a victim keeps its quota after it is actuated
     poll_interval: float = 1.0  # seconds between re-reads of the manifests
     # quota
     cycle_delay: float = 0.05  # seconds to gather state changes before an admission cycle
     # actuator
-    sink: str = "sim"  # sim | log
+    sink: str = "sim"  # sim | log | kubernetes
     # How a victim pod goes: deleted, or labelled scheduling.koordinator.sh/soft-eviction
     # for an operator that cleans up and deletes it. Kueue Workloads are always evicted.
-    pod_eviction: str = "delete"  # delete | soft-eviction
+    # (with the kubernetes sink also: eviction, through the Eviction API, honouring PDBs)
+    pod_eviction: str = "delete"  # delete | eviction | soft-eviction
     plan_timeout: float = 10.0  # seconds a held plan waits for its other half
     lease_ttl: float = 10.0
 
 
 _FIELDS = {f.name: f for f in msgspec.structs.fields(Settings)}
-_POSITIVE = {"termination_delay", "poll_interval", "cycle_delay", "plan_timeout", "lease_ttl"}
+_POSITIVE = {
+    "termination_delay",
+    "poll_interval",
+    "cycle_delay",
+    "plan_timeout",
+    "lease_ttl",
+    "relist_interval",
+}
+_INTEGERS = {"stream_replicas": (1, 5), "health_port": (0, 65535)}
 _CHOICES = {
-    "sink": ("sim", "log"),
-    "pod_eviction": ("delete", "soft-eviction"),
+    "sink": ("sim", "log", "kubernetes"),
+    "source": ("manifests", "kubernetes"),
+    "pod_eviction": ("delete", "eviction", "soft-eviction"),
     "log_level": ("debug", "info", "warning", "error"),
 }
 
@@ -63,6 +82,14 @@ def _convert(field: str, raw: Any, source: str) -> Any:
             if text in ("0", "false", "no", "off"):
                 return False
             raise ValueError("expected true or false")
+        if field in _INTEGERS:
+            low, high = _INTEGERS[field]
+            if isinstance(raw, bool) or not str(raw).strip().lstrip("-").isdigit():
+                raise ValueError(f"expected a whole number from {low} to {high}")
+            number = int(str(raw).strip())
+            if not low <= number <= high:
+                raise ValueError(f"expected a whole number from {low} to {high}")
+            return number
         if field in _POSITIVE:
             value = float(raw)
             if value < 0:

@@ -55,6 +55,8 @@ class ManifestError(InvalidInput):
             if self.obj:
                 where += f" ({self.obj})"
             parts.append(where)
+        elif self.obj:
+            parts.append(self.obj)
         if self.field:
             parts.append(self.field)
         text = ": ".join(parts) + f": {self.message}"

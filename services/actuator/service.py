@@ -30,12 +30,15 @@ from nats.js.kv import KeyValue
 from gangpreempt import events
 from gangpreempt.bus import HOLD, Lease, encode_token, leases_bucket, plans_bucket
 from gangpreempt.bus.consuming import Delivery
+from gangpreempt.errors import Transient
 from gangpreempt.planning.barrier import PlannedObject, stale_reason
 from gangpreempt.planning.nodeconfirm import placement_gap
 from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.replica import StateReplica
 from services import simwire
+from services.actuator.kubernetes import KubeSink
 from services.actuator.sinks import LogSink, SimSink, Sink
+from services.kube.client import ApiError, KubeApi
 from services.livestate import key_of
 from services.runtime import ServiceContext, sleep_or_stop
 
@@ -118,8 +121,13 @@ class Actuator:
                 held.started = True
                 task = asyncio.ensure_future(self.actuate(held.proposal))
                 self.running.add(task)
-                task.add_done_callback(self.running.discard)
+                task.add_done_callback(self.finished)
             return HOLD
+
+    def finished(self, task: asyncio.Task[None]) -> None:
+        self.running.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("plan actuation failed", error=repr(task.exception()))
 
     async def settle(self, plan_id: str) -> None:
         held = self.held.pop(plan_id, None)
@@ -160,7 +168,11 @@ class Actuator:
                 )
                 return
         pods = [pod for v in p.victims for pod in v.pods]
-        live = await self.sink.read([p.preemptor, *(v.object for v in p.victims), *pods])
+        try:
+            live = await self.sink.read([p.preemptor, *(v.object for v in p.victims), *pods])
+        except (Transient, ApiError) as exc:  # the truth cannot be read: touch nothing
+            await self.drop(p.plan_id, p.preemptor, f"live read failed: {exc}")
+            return
         stale = stale_reason(
             PlannedObject(p.preemptor, p.preemptor_uid, ""),
             [
@@ -216,6 +228,7 @@ class Actuator:
                 fencing_token=self.token,
                 pods=v.pods,
                 mode=self.mode_for(v.object),
+                pod_uids=v.pod_uids,
             )
         )
         if not reply.ok:
@@ -263,10 +276,19 @@ class Actuator:
                     await self.drop(plan_id, preemptor, f"timed out waiting for its {waiting}")
 
     async def run(self) -> None:
+        if self.ctx.settings.sink != "kubernetes":
+            await self._run()
+            return
+        async with KubeApi.connect(self.ctx.settings, "actuator") as api:
+            self.sink = await KubeSink.create(api, self.replica, self.ctx.settings.pod_eviction)
+            await self._run()
+
+    async def _run(self) -> None:
         ctx = self.ctx
         if ctx.settings.provision:
-            self.kv = await plans_bucket(ctx.js, ctx.topology)
-            leases = await leases_bucket(ctx.js, ctx.topology, ctx.settings.lease_ttl)
+            replicas = ctx.settings.stream_replicas
+            self.kv = await plans_bucket(ctx.js, ctx.topology, replicas)
+            leases = await leases_bucket(ctx.js, ctx.topology, ctx.settings.lease_ttl, replicas)
         else:  # provisioned by an admin: bind, do not create
             self.kv = await ctx.js.key_value(ctx.topology.plans_bucket)
             leases = await ctx.js.key_value(ctx.topology.leases_bucket)

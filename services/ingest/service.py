@@ -4,6 +4,8 @@ Source ``manifests`` (the scenario file or folder, re-read on change). With ``si
 (default) ingest also runs the sim cluster: it applies ``Admitted`` events and the
 actuator's evictions to its copy of the world, answers the actuator's live reads, and
 plays the scenario's timeline. Without ``sim`` it only publishes what the files say.
+Source ``kubernetes``: list + watch of the API server (``services.ingest.kubernetes``);
+the sim cluster does not run.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from gangpreempt.errors import InvalidInput
 from gangpreempt.model import kinds
 from gangpreempt.model.workloads import Workload
 from services import simwire
+from services.ingest.kubernetes import KubeSource
 from services.ingest.sim import SimCluster, split_ref
 from services.ingest.sources import ManifestSource
 from services.ingest.timeline import Step, load_timeline, matches
@@ -34,12 +37,21 @@ log = structlog.get_logger("gangpreempt.ingest")
 
 class Ingest:
     def __init__(self, ctx: ServiceContext) -> None:
-        if not ctx.settings.scenario:
-            raise InvalidInput("ingest needs a scenario: --scenario PATH or GANGPREEMPT_SCENARIO")
         self.ctx = ctx
-        self.scenario = ctx.settings.scenario
+        self.kube: KubeSource | None = None
+        if ctx.settings.source == "kubernetes":
+            # The API server is the cluster: no sim, no scenario, no timeline.
+            self.kube = KubeSource(ctx.settings)
+        elif not ctx.settings.scenario:
+            raise InvalidInput(
+                "ingest needs a scenario: --scenario PATH or GANGPREEMPT_SCENARIO "
+                "(or GANGPREEMPT_SOURCE=kubernetes)"
+            )
+        self.scenario = ctx.settings.scenario or ""
         self.sim = (
-            SimCluster(ctx.publisher, ctx.settings.termination_delay) if ctx.settings.sim else None
+            SimCluster(ctx.publisher, ctx.settings.termination_delay)
+            if ctx.settings.sim and self.kube is None
+            else None
         )
         self.steps = load_timeline(self.scenario) if self.sim else []
         # Files the timeline applies later are not part of the starting state.
@@ -58,7 +70,9 @@ class Ingest:
         changes = self.source.changes(force)
         if changes is None:
             return
-        upserts, deletes = changes
+        await self.publish(*changes)
+
+    async def publish(self, upserts: list[Any], deletes: list[tuple[str, str]]) -> None:
         for obj in upserts:
             await self.put(obj)
         for kind, key in deletes:
@@ -176,6 +190,9 @@ class Ingest:
             await sub.unsubscribe()
 
     async def run(self) -> None:
+        if self.kube is not None:
+            await self.kube.run(self.ctx.stop, self.publish)
+            return
         await self.publish_changes(force=True)
         if self.sim is not None:
             await self.sim.flush()  # the starting state is on the bus before anything else

@@ -27,7 +27,7 @@ class ManifestSource:
         self.exclude = frozenset(os.path.abspath(p) for p in exclude)
         self._fingerprint: Fingerprint = ()
         self._seen: Fingerprint = ()  # the files at the previous poll
-        self._bodies: dict[tuple[str, str], bytes] = {}
+        self.differ = Differ()
 
     def files(self) -> list[str]:
         return [
@@ -77,13 +77,26 @@ class ManifestSource:
         except ManifestError as exc:
             log.error("manifests rejected; keeping the previous state", error=str(exc))
             return None
+        return self.differ.diff(state)
+
+
+class Differ:
+    """What changed between the states it is shown: the objects whose encoded body
+    differs (all of them with ``everything``), and the ones gone."""
+
+    def __init__(self) -> None:
+        self._bodies: dict[tuple[str, str], bytes] = {}
+
+    def diff(
+        self, state: ClusterState, everything: bool = False
+    ) -> tuple[list[Any], list[tuple[str, str]]]:
         bodies: dict[tuple[str, str], bytes] = {}
         upserts = []
         for obj in kinds.objects(state):
             k = (kinds.kind_of(obj), kinds.key_of(obj))
             body = kinds.encode_object(obj)
             bodies[k] = body
-            if self._bodies.get(k) != body:
+            if everything or self._bodies.get(k) != body:
                 upserts.append(obj)
         deletes = [k for k in self._bodies if k not in bodies]
         self._bodies = bodies
@@ -102,4 +115,4 @@ def _publish_order(obj: Any) -> tuple[int, int]:
     return _KIND_ORDER[kinds.kind_of(obj)], pending
 
 
-__all__ = ["ManifestSource"]
+__all__ = ["Differ", "ManifestSource"]

@@ -9,6 +9,7 @@ nats-server)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from gangpreempt.bus.topology import SERVICES, Topology
 
@@ -80,9 +81,13 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
     return {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}
 
 
-def server_authorization(topology: Topology, passwords: dict[str, str]) -> str:
-    """The ``authorization`` block of nats-server's configuration: ``admin`` with every
-    right, each service with its own (``passwords`` maps user to password)."""
+def password_variable(user: str) -> str:
+    """The environment variable that holds ``user``'s password where nats-server reads
+    it from its environment (docker compose, Kubernetes): ``NATS_<USER>_PASSWORD``."""
+    return f"NATS_{user.upper()}_PASSWORD"
+
+
+def _users(topology: Topology, passwords: Mapping[str, str]) -> list[dict[str, object]]:
     users = []
     for user, password in sorted(passwords.items()):
         entry: dict[str, object] = {"user": user, "password": password}
@@ -92,8 +97,37 @@ def server_authorization(topology: Topology, passwords: dict[str, str]) -> str:
                 perms["allow_responses"] = True  # the sim cluster replies to the actuator
             entry["permissions"] = perms
         users.append(entry)
+    return users
+
+
+def _block(users: str) -> str:
+    return "authorization {\n  users: " + users + "\n}\n"
+
+
+def server_authorization(topology: Topology, passwords: dict[str, str]) -> str:
+    """The ``authorization`` block of nats-server's configuration: ``admin`` with every
+    right, each service with its own (``passwords`` maps user to password)."""
     # nats-server's configuration format accepts JSON values.
-    return "authorization {\n  users: " + json.dumps(users, indent=2) + "\n}\n"
+    return _block(json.dumps(_users(topology, passwords), indent=2))
 
 
-__all__ = ["ADMIN", "inbox_prefix", "server_authorization", "service_permissions"]
+def env_authorization(topology: Topology) -> str:
+    """The same block for ``admin`` and every service, each password a reference to the
+    environment variable ``password_variable(user)``, which nats-server resolves when it
+    reads its configuration (an unquoted ``$NAME``): the file holds no secret."""
+    users = (ADMIN, *SERVICES)
+    text = json.dumps(_users(topology, {u: f"${password_variable(u)}" for u in users}), indent=2)
+    for user in users:
+        variable = password_variable(user)
+        text = text.replace(f'"password": "${variable}"', f'"password": ${variable}')
+    return _block(text)
+
+
+__all__ = [
+    "ADMIN",
+    "env_authorization",
+    "inbox_prefix",
+    "password_variable",
+    "server_authorization",
+    "service_permissions",
+]

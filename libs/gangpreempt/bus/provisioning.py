@@ -20,9 +20,11 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
         await js.update_stream(config)
 
 
-async def provision(js: JetStreamContext, topology: Topology, *, lease_ttl: float = 10.0) -> None:
+async def provision(
+    js: JetStreamContext, topology: Topology, *, lease_ttl: float = 10.0, replicas: int = 1
+) -> None:
     """Create (or update) the STATE, DECISIONS and DLQ streams and the plans and leases
-    buckets."""
+    buckets, each with ``replicas`` copies (3 on a 3-node JetStream cluster)."""
     await _ensure_stream(
         js,
         StreamConfig(
@@ -32,6 +34,7 @@ async def provision(js: JetStreamContext, topology: Topology, *, lease_ttl: floa
             storage=StorageType.FILE,
             retention=RetentionPolicy.LIMITS,
             duplicate_window=DUPLICATE_WINDOW_S,
+            num_replicas=replicas,
         ),
     )
     await _ensure_stream(
@@ -42,6 +45,7 @@ async def provision(js: JetStreamContext, topology: Topology, *, lease_ttl: floa
             storage=StorageType.FILE,
             retention=RetentionPolicy.LIMITS,
             duplicate_window=DUPLICATE_WINDOW_S,
+            num_replicas=replicas,
             max_age=7 * 24 * 3600.0,
         ),
     )
@@ -52,21 +56,26 @@ async def provision(js: JetStreamContext, topology: Topology, *, lease_ttl: floa
             subjects=[f"{topology.prefix}.dlq.>"],
             storage=StorageType.FILE,
             duplicate_window=DUPLICATE_WINDOW_S,
+            num_replicas=replicas,
             max_age=30 * 24 * 3600.0,
         ),
     )
-    await plans_bucket(js, topology)
-    await leases_bucket(js, topology, lease_ttl)
+    await plans_bucket(js, topology, replicas)
+    await leases_bucket(js, topology, lease_ttl, replicas)
 
 
-async def plans_bucket(js: JetStreamContext, topology: Topology) -> KeyValue:
-    return await js.create_key_value(KeyValueConfig(bucket=topology.plans_bucket, history=4))
+async def plans_bucket(js: JetStreamContext, topology: Topology, replicas: int = 1) -> KeyValue:
+    return await js.create_key_value(
+        KeyValueConfig(bucket=topology.plans_bucket, history=4, replicas=replicas)
+    )
 
 
-async def leases_bucket(js: JetStreamContext, topology: Topology, ttl: float) -> KeyValue:
+async def leases_bucket(
+    js: JetStreamContext, topology: Topology, ttl: float, replicas: int = 1
+) -> KeyValue:
     try:
         return await js.create_key_value(
-            KeyValueConfig(bucket=topology.leases_bucket, history=1, ttl=ttl)
+            KeyValueConfig(bucket=topology.leases_bucket, history=1, ttl=ttl, replicas=replicas)
         )
     except BadRequestError:
         return await js.key_value(topology.leases_bucket)

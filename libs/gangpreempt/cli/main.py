@@ -13,6 +13,8 @@ import msgspec
 
 from gangpreempt import __version__
 from gangpreempt.bus import SERVICES
+from gangpreempt.cli.natsconfig import nats_config_command
+from gangpreempt.cli.provision import provision_command
 from gangpreempt.cli.rendering import print_table
 from gangpreempt.cli.serve import serve as run_service
 from gangpreempt.cli.up import run_up
@@ -124,10 +126,30 @@ def _service_options(f: Any) -> Any:
             "--cycle-delay",
             help="quota: seconds to gather changes before a cycle [GANGPREEMPT_CYCLE_DELAY].",
         ),
-        click.option("--sink", help="actuator: sim or log [GANGPREEMPT_SINK]."),
+        click.option("--sink", help="actuator: sim, log or kubernetes [GANGPREEMPT_SINK]."),
         click.option(
             "--pod-eviction",
-            help="actuator: delete or soft-eviction [GANGPREEMPT_POD_EVICTION].",
+            help="actuator: delete, eviction or soft-eviction [GANGPREEMPT_POD_EVICTION].",
+        ),
+        click.option("--source", help="ingest: manifests or kubernetes [GANGPREEMPT_SOURCE]."),
+        click.option(
+            "--kubeconfig",
+            help="kubernetes: kubeconfig file, else in-cluster [GANGPREEMPT_KUBECONFIG].",
+        ),
+        click.option(
+            "--kube-context", help="kubernetes: kubeconfig context [GANGPREEMPT_KUBE_CONTEXT]."
+        ),
+        click.option(
+            "--relist-interval",
+            help="kubernetes source: seconds between full relists [GANGPREEMPT_RELIST_INTERVAL].",
+        ),
+        click.option(
+            "--stream-replicas",
+            help="NATS stream replicas when provisioning [GANGPREEMPT_STREAM_REPLICAS].",
+        ),
+        click.option(
+            "--health-port",
+            help="port of /healthz and /readyz, 0 for none [GANGPREEMPT_HEALTH_PORT].",
         ),
         click.option(
             "--provision/--no-provision",
@@ -188,6 +210,10 @@ def up(store: str | None, until_settled: bool, timeout: float, **kwargs: Any) ->
         sys.exit(EXIT_INVALID)
     external = "nats_url" in flags or bool(os.environ.get(env_name("nats_url")))
     sys.exit(asyncio.run(run_up(settings, external, store, until_settled, timeout)))
+
+
+cli.add_command(provision_command)
+cli.add_command(nats_config_command)
 
 
 def main() -> None:

@@ -169,7 +169,9 @@ async def _live_view(
         password=settings.nats_password,
     ) as nc:
         js = nc.jetstream()
-        await provision(js, topology, lease_ttl=settings.lease_ttl)
+        await provision(
+            js, topology, lease_ttl=settings.lease_ttl, replicas=settings.stream_replicas
+        )
         provisioned.set()
 
         async def on_msg(msg: Msg) -> None:

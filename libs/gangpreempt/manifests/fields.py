@@ -18,7 +18,9 @@ class Where:
 
     __slots__ = ("document", "file", "obj", "prefix")
 
-    def __init__(self, file: str, document: int, obj: str | None = None, prefix: str = "") -> None:
+    def __init__(
+        self, file: str, document: int | None, obj: str | None = None, prefix: str = ""
+    ) -> None:
         self.file = file
         self.document = document
         self.obj = obj

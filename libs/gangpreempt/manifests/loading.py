@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -31,6 +31,8 @@ GANG_API_BETA = "scheduling.k8s.io/v1beta"
 class Loaded(msgspec.Struct):
     state: ClusterState
     warnings: list[str]
+    # Objects left out (with load_objects): their error, naming the object and the field.
+    rejected: list[str] = msgspec.field(default_factory=list)
 
 
 class _Reader:
@@ -59,6 +61,21 @@ class _Reader:
                 f"{first}: skipped {count} {objects} of unsupported kind {kind} ({api_version})"
             )
         return Loaded(self.state, self.warnings)
+
+    def read_objects(self, origin: str, objects: Iterable[Mapping[str, Any]]) -> Loaded:
+        """Objects as the API server serves them (one mapping each). An invalid object
+        is left out and reported; the others are read."""
+        rejected: list[str] = []
+        for obj in objects:
+            try:
+                self._object(obj, Where(origin, None), None, "")
+            except ManifestError as exc:
+                rejected.append(str(exc))
+        self._join_gangs()
+        skipped = sorted(f"{kind} ({api_version})" for api_version, kind in self._skipped)
+        if skipped:
+            self.warnings.append(f"{origin}: skipped unsupported kinds: {', '.join(skipped)}")
+        return Loaded(self.state, self.warnings, rejected)
 
     def _object(self, doc: Any, where: Where, container: Any, key: Any) -> None:
         prefix = where.prefix
@@ -253,4 +270,35 @@ def load(paths: Sequence[str]) -> Loaded:
     return _Reader().read(paths)
 
 
-__all__ = ["Loaded", "load"]
+def reads(api_version: str, kind: str) -> bool:
+    """Whether objects of this ``apiVersion`` and ``kind`` are read (not skipped)."""
+    if api_version in KUEUE_VERSIONS:
+        return kind in (
+            "ClusterQueue",
+            "Cohort",
+            "ResourceFlavor",
+            "LocalQueue",
+            "WorkloadPriorityClass",
+            "Workload",
+        )
+    if api_version == "scheduling.k8s.io/v1":
+        return kind == "PriorityClass"
+    if api_version == "v1":
+        return kind in ("Node", "Pod")
+    if api_version == "policy/v1":
+        return kind == "PodDisruptionBudget"
+    if api_version in PLUGINS_GROUPS:
+        return kind in ("PodGroup", "ElasticQuota")
+    if api_version.startswith((GANG_API_PREFIX, GANG_API_BETA)):
+        return kind in ("Workload", "PodGroup")
+    return False
+
+
+def load_objects(origin: str, objects: Iterable[Mapping[str, Any]]) -> Loaded:
+    """Read API objects (mappings, as JSON decodes them) into a ``ClusterState``, the
+    same way as manifests. ``origin`` names where they came from in errors. An invalid
+    object does not stop the others: its error is in ``Loaded.rejected``."""
+    return _Reader().read_objects(origin, objects)
+
+
+__all__ = ["Loaded", "load", "load_objects", "reads"]

@@ -1,0 +1,107 @@
+"""``gangpreempt provision``: create (or update) the streams, consumers' streams and
+buckets once, as an admin user, before the services start with
+``GANGPREEMPT_PROVISION=false`` (the one-shot ``provision`` service of docker compose,
+the provision Job in Kubernetes).
+
+It keeps trying while NATS comes up (a JetStream cluster answers only once it has a
+meta leader) and gives up after ``--timeout`` seconds with exit status 1."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import click
+import nats.errors
+import structlog
+
+from gangpreempt.bus import Topology, connected, provision
+from gangpreempt.config import Settings, load_settings
+from gangpreempt.errors import InvalidInput, Transient
+from gangpreempt.telemetry import setup_logging
+
+log = structlog.get_logger("gangpreempt.provision")
+RETRY_DELAY = 2.0
+EXIT_INVALID = 2
+
+
+async def provision_once(settings: Settings) -> None:
+    topology = Topology(settings.prefix)
+    async with connected(
+        settings.nats_url,
+        "gangpreempt-provision",
+        user=settings.nats_user,
+        password=settings.nats_password,
+    ) as nc:
+        await provision(
+            nc.jetstream(),
+            topology,
+            lease_ttl=settings.lease_ttl,
+            replicas=settings.stream_replicas,
+        )
+
+
+async def run_provision(settings: Settings, timeout: float) -> bool:
+    """Provision, retrying until it succeeds (True) or ``timeout`` seconds pass (False)."""
+    attempt = 0
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                attempt += 1
+                try:
+                    await provision_once(settings)
+                except (Transient, OSError, nats.errors.Error) as exc:
+                    log.warning(
+                        "not provisioned yet, retrying",
+                        attempt=attempt,
+                        error=str(exc) or type(exc).__name__,
+                        error_type=type(exc).__name__,
+                    )
+                    await asyncio.sleep(RETRY_DELAY)
+                    continue
+                log.info(
+                    "provisioned",
+                    prefix=settings.prefix,
+                    nats=settings.nats_url,
+                    replicas=settings.stream_replicas,
+                    attempts=attempt,
+                )
+                return True
+    except TimeoutError:
+        log.error("gave up provisioning", nats=settings.nats_url, seconds=timeout)
+        return False
+
+
+@click.command("provision")
+@click.option("--nats-url", help="NATS server URL [GANGPREEMPT_NATS_URL].")
+@click.option("--prefix", help="Subject and stream prefix [GANGPREEMPT_PREFIX].")
+@click.option(
+    "--stream-replicas",
+    help="Copies of each stream and bucket: 1, or 3 on a 3-node JetStream cluster "
+    "[GANGPREEMPT_STREAM_REPLICAS].",
+)
+@click.option(
+    "--lease-ttl", help="Lease length in seconds of the leases bucket [GANGPREEMPT_LEASE_TTL]."
+)
+@click.option("--log-level", help="debug, info, warning, error [GANGPREEMPT_LOG_LEVEL].")
+@click.option(
+    "--timeout",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="Keep retrying while NATS comes up, at most this many seconds.",
+)
+def provision_command(timeout: float, **kwargs: Any) -> None:
+    """Create the streams and buckets as an admin (GANGPREEMPT_NATS_USER / _PASSWORD),
+    then exit: run it once before services that run with GANGPREEMPT_PROVISION=false."""
+    try:
+        settings = load_settings({k: v for k, v in kwargs.items() if v is not None})
+    except InvalidInput as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+    setup_logging("provision", settings.log_level)
+    sys.exit(0 if asyncio.run(run_provision(settings, timeout)) else 1)
+
+
+__all__ = ["provision_command", "run_provision"]

@@ -1,0 +1,94 @@
+"""A Kueue Workload evicted the way Kueue's scheduler evicts one it preempts: the
+``Evicted`` condition (reason ``Preempted``) and the ``Preempted`` condition (reason
+``InClusterQueue``, ``InCohortReclamation``, ...) on its status. Kueue's job reconciler
+then stops the job and releases the quota."""
+
+from __future__ import annotations
+
+from gangpreempt.model.cluster import ClusterState
+from services import simwire
+from services.kube.access import KUEUE_WORKLOAD_STATUS, KUEUE_WORKLOADS
+from services.kube.client import JSON, MERGE_PATCH, ApiError, KubeApi, path_of
+from services.kube.recording import Recorder, involved_object
+from services.kube.writing import check_uid, now_rfc3339, preconditions
+
+# Kueue's words for its preemption reasons (in the conditions' message).
+KUEUE_REASONS = {
+    "InClusterQueue": "prioritization in the ClusterQueue",
+    "InCohortReclamation": "reclamation within the cohort",
+    "InCohortFairSharing": "Fair Sharing within the cohort",
+    "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
+}
+
+
+def _condition(kind: str, reason: str, message: str, generation: object) -> JSON:
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now_rfc3339(),
+        "observedGeneration": generation or 0,
+    }
+
+
+async def get_workload(api: KubeApi, version: str | None, key: str) -> JSON | None:
+    """The Kueue Workload ``ns/name``, or None when it does not exist."""
+    if version is None:
+        return None
+    namespace, _, name = key.partition("/")
+    try:
+        return await api.request(
+            "GET", KUEUE_WORKLOADS, "get", path_of(KUEUE_WORKLOADS, version, namespace, name)
+        )
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+async def evict_workload(
+    api: KubeApi,
+    version: str | None,
+    state: ClusterState,
+    recorder: Recorder,
+    request: simwire.EvictRequest,
+) -> bool:
+    """One attempt (re-read, check, patch): True if it wrote, False if there was nothing
+    to do (gone, or evicted already)."""
+    key = request.ref.partition("/")[2]
+    obj = await get_workload(api, version, key)
+    if obj is None or version is None:
+        return False  # gone: it holds nothing any more
+    check_uid(request.ref, obj, request.uid)
+    status = obj.get("status") or {}
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+    if any(c.get("type") == "Evicted" and c.get("status") == "True" for c in conditions):
+        return False  # evicted already (by us before a restart, or by Kueue)
+    preemptor = state.workloads.get(request.preemptor.partition("/")[2])
+    because = KUEUE_REASONS.get(request.reason, request.reason)
+    message = (
+        f"Preempted to accommodate a workload (UID: {preemptor.uid if preemptor else ''}) "
+        f"due to {because}; gangpreempt plan {request.plan_id}"
+    )
+    meta = obj.get("metadata") or {}
+    kept = [c for c in conditions if c.get("type") not in ("Evicted", "Preempted")]
+    kept.append(_condition("Evicted", "Preempted", message, meta.get("generation")))
+    kept.append(_condition("Preempted", request.reason, message, meta.get("generation")))
+    namespace, _, name = key.partition("/")
+    await api.request(
+        "PATCH",
+        KUEUE_WORKLOAD_STATUS,
+        "patch",
+        path_of(KUEUE_WORKLOAD_STATUS, version, namespace, name),
+        body={"metadata": preconditions(obj), "status": {"conditions": kept}},
+        content_type=MERGE_PATCH,
+    )
+    involved = involved_object(
+        str(obj.get("apiVersion", "")), "Workload", namespace, name, str(meta.get("uid", ""))
+    )
+    await recorder.record(involved, "Preempted", message, request.plan_id)
+    return True
+
+
+__all__ = ["KUEUE_REASONS", "evict_workload", "get_workload"]

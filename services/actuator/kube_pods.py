@@ -1,0 +1,189 @@
+"""Victim pods, one write each: deleted with the pod's own grace period (as
+kube-scheduler's preemption does), evicted through the Eviction API (a 429 from a
+PodDisruptionBudget is retried, not a failure), or labelled for soft eviction. When the
+victim's pods are all the running pods of one batch/v1 Job, the Job is suspended instead,
+so its controller removes the pods and does not re-create them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gangpreempt.model.pods import SOFT_EVICTION_LABEL
+from services import simwire
+from services.kube.access import JOBS, POD_EVICTIONS, PODS
+from services.kube.client import JSON, MERGE_PATCH, ApiError, KubeApi, path_of
+from services.kube.recording import Recorder, involved_object
+from services.kube.writing import check_uid, preconditions, retrying
+
+JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+DEFAULT_GRACE = 30
+
+PodRef = tuple[str, str]  # ("ns/name", the uid the plan was made for, or "")
+
+
+def victim_message(request: simwire.EvictRequest, what: str) -> str:
+    return (
+        f"{what} by gangpreempt plan {request.plan_id} to make room for "
+        f"{request.preemptor}: {request.reason}"
+    )
+
+
+def victim_pods(request: simwire.EvictRequest) -> list[PodRef]:
+    """The pods a victim is made of, with the uid of each the plan saw."""
+    if not request.pods and request.ref.startswith("Pod/"):
+        return [(request.ref.removeprefix("Pod/"), request.uid)]
+    uids = list(request.pod_uids) + [""] * len(request.pods)
+    return [(r.removeprefix("Pod/"), uid) for r, uid in zip(request.pods, uids, strict=False)]
+
+
+def _job_controller(pod: JSON) -> dict[str, Any] | None:
+    for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if (
+            owner.get("controller")
+            and owner.get("kind") == "Job"
+            and str(owner.get("apiVersion", "")).startswith("batch/")
+        ):
+            return dict(owner)
+    return None
+
+
+class PodEvictor:
+    def __init__(self, api: KubeApi, recorder: Recorder, mode: str) -> None:
+        self.api = api
+        self.recorder = recorder
+        self.mode = mode  # GANGPREEMPT_POD_EVICTION: delete | eviction | soft-eviction
+
+    async def evict(self, request: simwire.EvictRequest) -> bool:
+        """True if anything was written, False if it was all done already."""
+        pods = victim_pods(request)
+        mode = request.mode or self.mode
+        if mode != "soft-eviction":
+            job = await retrying(request.ref, lambda: self.whole_job(pods))
+            if job is not None:
+                return await retrying(f"Job {job}", lambda: self.suspend_job(request, job, pods))
+        applied = False
+        for key, uid in pods:
+
+            async def attempt(key: str = key, uid: str = uid) -> bool:
+                return await self.evict_pod(request, mode, key, uid)
+
+            applied |= await retrying(f"Pod {key}", attempt)
+        return applied
+
+    async def get_pod(self, key: str) -> JSON | None:
+        namespace, _, name = key.partition("/")
+        try:
+            return await self.api.request("GET", PODS, "get", path_of(PODS, "v1", namespace, name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def whole_job(self, pods: list[PodRef]) -> str | None:
+        """``ns/name`` of the batch/v1 Job whose running pods are exactly the victim's,
+        or None."""
+        owners: set[tuple[str, str, str]] = set()
+        for key, _ in pods:
+            obj = await self.get_pod(key)
+            controller = _job_controller(obj) if obj is not None else None
+            if controller is None:
+                return None
+            owners.add((key.split("/", 1)[0], controller["name"], controller.get("uid", "")))
+        if len(owners) != 1:
+            return None
+        namespace, name, uid = owners.pop()
+        listed = await self.api.request("GET", PODS, "list", path_of(PODS, "v1", namespace))
+        victims = {k for k, _ in pods}
+        for item in listed.get("items") or []:
+            meta = item.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            mine = any(labels.get(label) == uid for label in JOB_UID_LABELS) or any(
+                o.get("uid") == uid for o in meta.get("ownerReferences") or []
+            )
+            running = (item.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            if mine and running and f"{namespace}/{meta.get('name')}" not in victims:
+                return None  # the Job runs pods the plan does not take: evict pods only
+        return f"{namespace}/{name}"
+
+    async def suspend_job(
+        self, request: simwire.EvictRequest, job: str, pods: list[PodRef]
+    ) -> bool:
+        namespace, _, name = job.partition("/")
+        try:
+            obj = await self.api.request("GET", JOBS, "get", path_of(JOBS, "v1", namespace, name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        for key, uid in pods:  # the pods are still the ones the plan chose
+            pod = await self.get_pod(key)
+            if pod is not None:
+                check_uid(f"Pod {key}", pod, uid)
+        if (obj.get("spec") or {}).get("suspend"):
+            return False
+        await self.api.request(
+            "PATCH",
+            JOBS,
+            "patch",
+            path_of(JOBS, "v1", namespace, name),
+            body={"metadata": preconditions(obj), "spec": {"suspend": True}},
+            content_type=MERGE_PATCH,
+        )
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        await self.recorder.record(
+            involved_object("batch/v1", "Job", namespace, name, uid),
+            "Preempted",
+            victim_message(request, "Suspended"),
+            request.plan_id,
+        )
+        return True
+
+    async def evict_pod(self, request: simwire.EvictRequest, mode: str, key: str, uid: str) -> bool:
+        """One attempt (re-read, check, write) for one pod."""
+        obj = await self.get_pod(key)
+        if obj is None:
+            return False  # gone already
+        check_uid(f"Pod {key}", obj, uid)
+        meta = obj.get("metadata") or {}
+        namespace, _, name = key.partition("/")
+        involved = involved_object("v1", "Pod", namespace, name, str(meta.get("uid", "")))
+        path = path_of(PODS, "v1", namespace, name)
+        if mode == "soft-eviction":
+            if SOFT_EVICTION_LABEL in (meta.get("labels") or {}):
+                return False
+            label = {SOFT_EVICTION_LABEL: f"plan-{request.plan_id}"}
+            body: JSON = {"metadata": {**preconditions(obj), "labels": label}}
+            await self.api.request(
+                "PATCH", PODS, "patch", path, body=body, content_type=MERGE_PATCH
+            )
+            message = victim_message(request, "Marked for eviction")
+            await self.recorder.record(involved, "SoftEvicted", message, request.plan_id)
+            return True
+        if meta.get("deletionTimestamp"):
+            return False  # terminating already
+        grace = (obj.get("spec") or {}).get("terminationGracePeriodSeconds", DEFAULT_GRACE)
+        options: JSON = {"gracePeriodSeconds": grace, "preconditions": preconditions(obj)}
+        try:
+            if mode == "eviction":
+                eviction = {
+                    "apiVersion": "policy/v1",
+                    "kind": "Eviction",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "deleteOptions": options,
+                }
+                subresource = path_of(POD_EVICTIONS, "v1", namespace, name)
+                await self.api.request("POST", POD_EVICTIONS, "create", subresource, body=eviction)
+            else:
+                delete = {"apiVersion": "v1", "kind": "DeleteOptions", **options}
+                await self.api.request("DELETE", PODS, "delete", path, body=delete)
+        except ApiError as exc:
+            if exc.status == 404:
+                return False  # went away in between
+            raise
+        await self.recorder.record(
+            involved, "Preempted", victim_message(request, "Preempted"), request.plan_id
+        )
+        return True
+
+
+__all__ = ["PodEvictor", "victim_message", "victim_pods"]

@@ -1,0 +1,135 @@
+"""The ``kubernetes`` sink: live reads from the API server and one actuation per victim
+kind (``kube_kueue`` for Kueue Workloads, ``kube_pods`` for pods and the Jobs that own
+them).
+
+Every write re-reads the object and carries its uid and resourceVersion as
+preconditions (``services.kube.writing``), so a plan never touches a replaced object,
+and an actuation repeated after a crash finds the work done and sends nothing twice.
+An Event on each victim and one on the preemptor name the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gangpreempt.errors import Transient
+from gangpreempt.manifests.loading import load_objects
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.planning.barrier import LiveObject, live_pods, live_workload
+from gangpreempt.replica import StateReplica
+from services import simwire
+from services.actuator.kube_kueue import evict_workload, get_workload
+from services.actuator.kube_pods import PodEvictor
+from services.kube.access import KUEUE_WORKLOADS, PODS
+from services.kube.client import JSON, ApiError, KubeApi, path_of
+from services.kube.discovery import discover
+from services.kube.recording import Recorder
+from services.kube.writing import Stale, retrying
+
+
+def _split(ref: str) -> tuple[str, str, str]:
+    kind, _, key = ref.partition("/")
+    namespace, _, name = key.partition("/")
+    return kind, namespace, name
+
+
+class KubeSink:
+    name = "kubernetes"
+
+    def __init__(
+        self, api: KubeApi, replica: StateReplica, pod_eviction: str, kueue_version: str | None
+    ) -> None:
+        self.api = api
+        self.replica = replica
+        self.kueue_version = kueue_version
+        self.recorder = Recorder(api)
+        self.pods = PodEvictor(api, self.recorder, pod_eviction)
+
+    @classmethod
+    async def create(cls, api: KubeApi, replica: StateReplica, pod_eviction: str) -> KubeSink:
+        served = await discover(api, (KUEUE_WORKLOADS,))
+        return cls(api, replica, pod_eviction, served.get(KUEUE_WORKLOADS))
+
+    @property
+    def state(self) -> ClusterState:
+        return self.replica.state
+
+    def _is_kueue(self, ref: str) -> bool:
+        kind, namespace, name = _split(ref)
+        return kind == "Workload" and f"{namespace}/{name}" in self.state.workloads
+
+    # -- reads -------------------------------------------------------------------------------
+    def _members(self, ref: str) -> list[str]:
+        """The pods (``ns/name``) of a pod, PodGroup or scheduling.k8s.io Workload ref: a
+        group's members as the replica knows them, their state as the API server has it."""
+        kind, namespace, name = _split(ref)
+        key = f"{namespace}/{name}"
+        if kind == "Pod":
+            return [key]
+        groups = {key} if kind == "PodGroup" else set(self.state.gang_workload(key))
+        return sorted(p.key for p in self.state.pods.values() if p.group in groups)
+
+    async def _live_pods(self, namespaces: Iterable[str]) -> dict[str, JSON]:
+        raw: dict[str, JSON] = {}
+        for ns in sorted(set(namespaces)):
+            page = await self.api.request("GET", PODS, "list", path_of(PODS, "v1", ns))
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", "v1")
+                item.setdefault("kind", "Pod")
+                raw[f"{ns}/{item['metadata']['name']}"] = item
+        return raw
+
+    async def read(self, refs: list[str]) -> dict[str, LiveObject]:
+        await self.replica.caught_up()
+        members = {ref: self._members(ref) for ref in refs if not self._is_kueue(ref)}
+        raw = await self._live_pods(k.split("/", 1)[0] for ms in members.values() for k in ms)
+        pods = load_objects("kubernetes", raw.values()).state.pods
+        out: dict[str, LiveObject] = {}
+        for ref in refs:
+            if self._is_kueue(ref):
+                obj = await get_workload(self.api, self.kueue_version, ref.partition("/")[2])
+                workloads = load_objects("kubernetes", [obj] if obj else []).state.workloads
+                out[ref] = live_workload(ref, next(iter(workloads.values()), None))
+                continue
+            live = [pods[k] for k in members[ref] if k in pods]
+            if ref.startswith("Pod/") and live:
+                out[ref] = live_pods(ref, live, live[0].uid, live[0].resource_version)
+            else:
+                out[ref] = live_pods(ref, live)
+        return out
+
+    # -- actuation ----------------------------------------------------------------------------
+    async def evict(self, request: simwire.EvictRequest) -> simwire.EvictReply:
+        try:
+            if request.mode == "kueue":
+                applied = await retrying(
+                    request.ref,
+                    lambda: evict_workload(
+                        self.api, self.kueue_version, self.state, self.recorder, request
+                    ),
+                )
+            else:
+                applied = await self.pods.evict(request)
+        except Stale as exc:
+            return simwire.EvictReply(ok=False, detail=f"stale: {exc}")
+        except (ApiError, Transient) as exc:
+            return simwire.EvictReply(ok=False, detail=f"{request.ref}: {exc}")
+        await self._preemptor_event(request)
+        return simwire.EvictReply(ok=True, applied=applied)
+
+    async def _preemptor_event(self, request: simwire.EvictRequest) -> None:
+        kind, namespace, name = _split(request.preemptor)
+        involved: JSON = {"kind": kind, "name": name, "namespace": namespace}
+        pod = self.state.pods.get(f"{namespace}/{name}") if kind == "Pod" else None
+        if pod is not None:
+            involved.update(apiVersion="v1", uid=pod.uid)
+        elif self._is_kueue(request.preemptor) and self.kueue_version:
+            wl = self.state.workloads[f"{namespace}/{name}"]
+            involved.update(apiVersion=f"kueue.x-k8s.io/{self.kueue_version}", uid=wl.uid)
+        message = (
+            f"gangpreempt plan {request.plan_id} preempts victims to make room for this {kind}"
+        )
+        await self.recorder.record(involved, "PreemptionActuated", message, request.plan_id)
+
+
+__all__ = ["KubeSink"]

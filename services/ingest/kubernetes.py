@@ -1,0 +1,148 @@
+"""The ``kubernetes`` source: list + watch every kind gangpreempt reads that the API
+server serves, and publish the state the manifest decoders make of the raw objects.
+
+Nothing is published until every served resource has been listed once (a partial
+cluster would look emptier than it is). Then each batch of watch events (gathered for
+``BATCH_DELAY``) is decoded as a whole and only the objects whose model changed are
+published; every ``relist_interval`` the resources are relisted and the whole state is
+republished, so a lost or diverged STATE stream heals. An object the decoders reject is
+left out and logged, naming the object and the field; the rest goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from gangpreempt.config import Settings
+from gangpreempt.errors import Transient
+from gangpreempt.manifests.loading import load_objects
+from gangpreempt.waiting import sleep_or_stop
+from services.ingest.sources import Differ
+from services.kube.access import WATCHED
+from services.kube.client import ApiError, KubeApi
+from services.kube.discovery import Served, discover
+from services.kube.watching import ObjectStore, Reflector
+
+log = structlog.get_logger("gangpreempt.ingest")
+
+BATCH_DELAY = 0.1  # seconds to gather watch events before decoding
+SYNC_REPORT = 30.0  # seconds between reports of resources not listed yet
+ORIGIN = "kubernetes"
+
+Publish = Callable[[list[Any], list[tuple[str, str]]], Awaitable[None]]
+
+
+class KubeSource:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.store = ObjectStore()
+        self.differ = Differ()
+        self.rejected: set[str] = set()
+        self.served: Served = {}
+        self.published = asyncio.Event()  # the first full state is out
+
+    async def _discover(self, api: KubeApi, stop: asyncio.Event) -> bool:
+        failures = 0
+        while not stop.is_set():
+            try:
+                self.served = await discover(api, WATCHED)
+            except (ApiError, Transient) as exc:
+                failures += 1
+                log.warning("discovery failed", error=str(exc))
+                if await sleep_or_stop(stop, min(30.0, 0.5 * 2**failures)):
+                    return False
+                continue
+            missing = [f"{r.group or 'core'}/{r.plural}" for r in WATCHED if r not in self.served]
+            log.info(
+                "kubernetes resources found",
+                watching=[f"{r.group or 'core'}/{v}/{r.plural}" for r, v in self.served.items()],
+                not_served=missing,
+            )
+            return True
+        return False
+
+    def decode(self, everything: bool) -> tuple[list[Any], list[tuple[str, str]]]:
+        loaded = load_objects(ORIGIN, self.store.all_objects())
+        rejected = set(loaded.rejected)
+        for error in sorted(rejected - self.rejected):
+            log.error("object rejected; left out of the state", error=error)
+        self.rejected = rejected
+        return self.differ.diff(loaded.state, everything=everything)
+
+    async def _synced(self, stop: asyncio.Event) -> bool:
+        started = time.monotonic()
+        reported = started
+        while not stop.is_set():
+            if all(r in self.store.synced for r in self.served):
+                return True
+            if time.monotonic() - reported >= SYNC_REPORT:
+                reported = time.monotonic()
+                log.warning(
+                    "waiting for the first list of",
+                    resources=[r.plural for r in self.served if r not in self.store.synced],
+                    waited=round(reported - started),
+                )
+            if await sleep_or_stop(stop, 0.05):
+                return False
+        return False
+
+    async def run(self, stop: asyncio.Event, publish: Publish) -> None:
+        async with KubeApi.connect(self.settings, "ingest") as api:
+            if not await self._discover(api, stop):
+                return
+            interval = self.settings.relist_interval
+            reflectors = [
+                Reflector(api, r, v, self.store, interval) for r, v in self.served.items()
+            ]
+            tasks = [asyncio.create_task(r.run(stop)) for r in reflectors]
+            try:
+                await self._publish_loop(stop, publish, interval, tasks)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _publish_loop(
+        self,
+        stop: asyncio.Event,
+        publish: Publish,
+        interval: float,
+        tasks: list[asyncio.Task[None]],
+    ) -> None:
+        if not await self._synced(stop):
+            return
+        self.store.changed.clear()
+        await publish(*self.decode(everything=True))
+        self.published.set()
+        next_republish = time.monotonic() + interval
+        while not stop.is_set():
+            for t in tasks:  # a reflector that crashed is a bug: surface it
+                crashed = t.exception() if t.done() and not t.cancelled() else None
+                if crashed is not None:
+                    raise crashed
+            wait = max(0.0, next_republish - time.monotonic())
+            changed = asyncio.ensure_future(self.store.changed.wait())
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({changed, stopped}, timeout=wait, return_when="FIRST_COMPLETED")
+            changed.cancel()
+            stopped.cancel()
+            if stop.is_set():
+                return
+            republish = time.monotonic() >= next_republish
+            if not republish and await sleep_or_stop(stop, BATCH_DELAY):
+                return
+            self.store.changed.clear()
+            upserts, deletes = self.decode(everything=republish)
+            if republish:
+                next_republish = time.monotonic() + interval
+                log.info("periodic republish", objects=len(upserts))
+            if upserts or deletes:
+                await publish(upserts, deletes)
+
+
+__all__ = ["KubeSource"]

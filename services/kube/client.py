@@ -1,0 +1,219 @@
+"""The Kubernetes API over kubernetes-asyncio: configuration (kubeconfig or in-cluster),
+JSON requests, watch streams and discovery. Every call names the resource and verb it
+uses and is checked against ``access`` first, so the RBAC roles can be derived from it.
+
+Objects stay plain JSON mappings here; the manifest decoders turn them into the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes_asyncio import client, config
+
+from gangpreempt.config import Settings
+from gangpreempt.errors import InvalidInput, Transient
+from services.kube.access import Resource, allowed
+
+JSON = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(Exception):
+    """A non-2xx answer of the API server, with its HTTP status and Status reason."""
+
+    def __init__(
+        self, status: int, reason: str, message: str, retry_after: float | None = None
+    ) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    @property
+    def retriable(self) -> bool:
+        """409 Conflict (re-read first), 429 Too Many Requests and 5xx may succeed later;
+        409 AlreadyExists will not."""
+        if self.status == 409:
+            return self.reason != "AlreadyExists"
+        return self.status == 429 or self.status >= 500
+
+
+async def _configuration(settings: Settings) -> client.Configuration:
+    cfg = client.Configuration()
+    if settings.kubeconfig:
+        try:
+            await config.load_kube_config(
+                config_file=settings.kubeconfig,
+                context=settings.kube_context,
+                client_configuration=cfg,
+            )
+        except (OSError, config.ConfigException) as exc:
+            raise InvalidInput(f"GANGPREEMPT_KUBECONFIG {settings.kubeconfig}: {exc}") from exc
+        return cfg
+    try:
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    except config.ConfigException as exc:
+        raise InvalidInput(
+            "kubernetes: not in a cluster and no kubeconfig given "
+            f"(set GANGPREEMPT_KUBECONFIG): {exc}"
+        ) from exc
+    return cfg
+
+
+def path_of(
+    resource: Resource,
+    version: str,
+    namespace: str | None = None,
+    name: str | None = None,
+) -> str:
+    """The URL path of a collection, or of one object (and its subresource)."""
+    base = f"/api/{version}" if not resource.group else f"/apis/{resource.group}/{version}"
+    plural, _, sub = resource.plural.partition("/")
+    if namespace is not None and resource.namespaced:
+        base += f"/namespaces/{quote(namespace, safe='')}"
+    base += f"/{plural}"
+    if name is not None:
+        base += f"/{quote(name, safe='')}"
+        if sub:
+            base += f"/{sub}"
+    return base
+
+
+class KubeApi:
+    """One service's connection to the API server."""
+
+    def __init__(self, api: client.ApiClient, service: str) -> None:
+        self.api = api
+        self.service = service
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def connect(cls, settings: Settings, service: str) -> AsyncIterator[KubeApi]:
+        cfg = await _configuration(settings)
+        async with client.ApiClient(configuration=cfg) as api:
+            yield cls(api, service)
+
+    def _check(self, resource: Resource, verb: str) -> None:
+        if not allowed(self.service, resource, verb):
+            raise PermissionError(
+                f"{self.service} may not {verb} {resource.group or 'core'}/{resource.plural}: "
+                "not in services.kube.access"
+            )
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | aiohttp.ClientTimeout = 30.0,
+    ) -> Any:
+        """The raw aiohttp response of one request (the caller reads or streams it)."""
+        try:
+            return await self.api.call_api(
+                path,
+                method,
+                query_params=list((query or {}).items()),
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout,
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise Transient(f"{method} {path}: {exc!r}") from exc
+
+    async def request(
+        self,
+        method: str,
+        resource: Resource,
+        verb: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> JSON:
+        self._check(resource, verb)
+        response = await self._send(method, path, query=query, body=body, content_type=content_type)
+        async with response:
+            data = await response.read()
+            if not 200 <= response.status < 300:
+                raise _error(response.status, data, response.headers.get("Retry-After"))
+        try:
+            decoded = json.loads(data) if data else {}
+        except ValueError as exc:
+            raise Transient(f"{method} {path}: the answer is not JSON") from exc
+        return decoded if isinstance(decoded, dict) else {}
+
+    async def raw_get(self, path: str) -> JSON:
+        """A discovery document (``/api``, ``/apis``, ``/apis/<group>/<version>``): every
+        authenticated client may read these."""
+        response = await self._send("GET", path)
+        async with response:
+            data = await response.read()
+            if not 200 <= response.status < 300:
+                raise _error(response.status, data, None)
+        decoded = json.loads(data)
+        return decoded if isinstance(decoded, dict) else {}
+
+    async def watch(
+        self, resource: Resource, version: str, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[JSON]:
+        """The events of one watch (cluster-wide), from ``resource_version``, with
+        bookmarks, until the server ends it."""
+        self._check(resource, "watch")
+        query = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        path = path_of(resource, version)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout_seconds + 30)
+        response = await self._send("GET", path, query=query, timeout=timeout)
+        async with response:
+            if not 200 <= response.status < 300:
+                raise _error(response.status, await response.read(), None)
+            while True:
+                try:
+                    line = await response.content.readline()
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    raise Transient(f"watch {path}: {exc!r}") from exc
+                if not line:
+                    return
+                if line.strip():
+                    try:
+                        event = json.loads(line)
+                    except ValueError as exc:
+                        raise Transient(f"watch {path}: an event is not JSON") from exc
+                    if isinstance(event, dict):
+                        yield event
+
+
+def _error(status: int, data: bytes, retry_after: str | None) -> ApiError:
+    reason, message = "", data[:200].decode("utf-8", "replace")
+    try:
+        body = json.loads(data)
+        if isinstance(body, dict):
+            reason = str(body.get("reason", ""))
+            message = str(body.get("message", message))
+    except ValueError:
+        pass
+    delay: float | None = None
+    if retry_after:
+        with contextlib.suppress(ValueError):
+            delay = float(retry_after)
+    return ApiError(status, reason, message, delay)
+
+
+__all__ = ["JSON", "MERGE_PATCH", "ApiError", "KubeApi", "path_of"]

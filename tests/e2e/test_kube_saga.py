@@ -1,0 +1,172 @@
+"""The saga against a Kubernetes API server over HTTP: ingest lists and watches it
+(``GANGPREEMPT_SOURCE=kubernetes``), the actuator writes to it
+(``GANGPREEMPT_SINK=kubernetes``); the four services as OS processes on a real
+nats-server. The test plays the parts of the kubelet and of Kueue's controllers."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+from nats.aio.client import Client
+
+from gangpreempt import events
+from gangpreempt.bus import Topology
+from tests.e2e.harness import Services, decisions, of, wait_for
+from tests.e2e.scenarios import gpu_cluster, kueue_gpu_cluster
+from tests.kube.apiserver import CORE, KUEUE, PLUGINS, ApiServer, Kind
+
+pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.timeout(90)]
+
+KUEUE_V1BETA2 = [Kind(k.group, "v1beta2", k.plural, k.kind, k.namespaced, k.status) for k in KUEUE]
+
+
+@pytest.fixture
+async def apiserver() -> AsyncIterator[ApiServer]:
+    server = ApiServer(kinds=CORE + KUEUE_V1BETA2 + PLUGINS)
+    server.pod_termination = 0.3
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def load(server: ApiServer, *files: Path) -> None:
+    for f in files:
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc:
+                doc.get("metadata", {}).pop("uid", None)
+                server.put(doc)
+
+
+def kube_env(server: ApiServer, tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {
+        "GANGPREEMPT_SOURCE": "kubernetes",
+        "GANGPREEMPT_SINK": "kubernetes",
+        "GANGPREEMPT_KUBECONFIG": server.kubeconfig(str(tmp_path / "kubeconfig")),
+        "GANGPREEMPT_RELIST_INTERVAL": "30",
+        **extra,
+    }
+
+
+def pods_of(server: ApiServer, prefix: str) -> list[str]:
+    return sorted(n for (_, n) in server.objects[("", "pods")] if n.startswith(prefix))
+
+
+async def test_a_gang_preempts_a_gang_through_the_api_server(
+    nc: Client,
+    topology: Topology,
+    services: Services,
+    scenario_dir: Path,
+    apiserver: ApiServer,
+    tmp_path: Path,
+) -> None:
+    gpu_cluster(scenario_dir)
+    load(apiserver, scenario_dir / "cluster.yaml")
+    services.start(extra=kube_env(apiserver, tmp_path, GANGPREEMPT_POD_EVICTION="delete"))
+    services.wait_started()
+    await asyncio.sleep(1.0)
+    load(apiserver, scenario_dir / "train.yaml")  # the gang arrives
+    train = "PodGroup/ml/train"
+    evs = await wait_for(
+        nc, topology, lambda e: bool(of(e, events.PlanActuated, preemptor=train)), what="actuation"
+    )
+    (proposal,) = of(evs, events.PlanProposed, preemptor=train)
+    assert [v.object for v in proposal.victims] == ["PodGroup/ml/scavenger"]
+    # The victim pods were deleted with preconditions, then went away (the "kubelet").
+    deletes = [(p, b) for m, p, b in apiserver.requests if m == "DELETE"]
+    assert sorted(p.rsplit("/", 1)[1] for p, _ in deletes) == ["scavenger-0", "scavenger-1"]
+    assert all(b["preconditions"]["uid"] for _, b in deletes)
+    for _ in range(50):
+        if not pods_of(apiserver, "scavenger"):
+            break
+        await asyncio.sleep(0.1)
+    assert pods_of(apiserver, "scavenger") == []
+    assert pods_of(apiserver, "train") == ["train-0", "train-1"]  # untouched
+    # Events name the plan on each victim pod and on the preemptor.
+    evts = list(apiserver.objects[("", "events")].values())
+    plan = proposal.plan_id
+    on_victims = sorted(e["involvedObject"]["name"] for e in evts if e["reason"] == "Preempted")
+    assert on_victims == ["scavenger-0", "scavenger-1"]
+    (on_preemptor,) = [e for e in evts if e["involvedObject"]["name"] == "train"]
+    assert plan in on_preemptor["message"]
+    # Once ingest saw the victims gone, quota admitted the gang with its placement.
+    evs = await wait_for(
+        nc,
+        topology,
+        lambda e: any(a.placement for a in of(e, events.Admitted, workload=train)),
+        what="the gang admitted with its placement",
+    )
+    # Nothing else was touched.
+    assert not [r for r in apiserver.requests if r[0] == "PATCH"]
+
+
+async def test_a_kueue_workload_is_evicted_through_its_conditions(
+    nc: Client,
+    topology: Topology,
+    services: Services,
+    scenario_dir: Path,
+    apiserver: ApiServer,
+    tmp_path: Path,
+) -> None:
+    kueue_gpu_cluster(scenario_dir)
+    load(apiserver, scenario_dir / "cluster.yaml")
+    services.start(extra=kube_env(apiserver, tmp_path))
+    services.wait_started()
+    await asyncio.sleep(1.0)
+
+    def kueue_stops_evicted_workloads() -> None:
+        """Kueue's part: an Evicted workload's job stops and its quota is released."""
+        wl = apiserver.get("kueue.x-k8s.io", "workloads", "default", "low")
+        if wl is None:
+            return
+        conditions = {c["type"]: c for c in (wl.get("status") or {}).get("conditions") or []}
+        if conditions.get("Evicted", {}).get("status") == "True" and wl["status"].get("admission"):
+            if apiserver.get("", "pods", "default", "low-0") is not None:
+                apiserver.delete_now("", "pods", "default", "low-0")
+            new = copy.deepcopy(wl)
+            new["status"].pop("admission")
+            for c in new["status"]["conditions"]:
+                if c["type"] == "QuotaReserved":
+                    c["status"] = "False"
+            apiserver.put(new)
+
+    load(apiserver, scenario_dir / "train.yaml")
+    train = "Workload/default/train"
+
+    async def kueue_loop() -> None:
+        while True:
+            kueue_stops_evicted_workloads()
+            await asyncio.sleep(0.1)
+
+    kueue = asyncio.create_task(kueue_loop())
+    try:
+        evs = await wait_for(
+            nc, topology, lambda e: bool(of(e, events.Admitted, workload=train)), what="admitted"
+        )
+    finally:
+        kueue.cancel()
+    (proposal,) = of(evs, events.PlanProposed, preemptor=train)
+    assert sorted(v.object for v in proposal.victims) == [
+        "Pod/default/scratch",
+        "Workload/default/low",
+    ]
+    status_patches = [
+        b for m, p, b in apiserver.requests if m == "PATCH" and p.endswith("/low/status")
+    ]
+    (patch,) = status_patches
+    conditions = {c["type"]: c for c in patch["status"]["conditions"]}
+    assert conditions["Evicted"]["reason"] == "Preempted"
+    assert conditions["Preempted"]["reason"] == "InClusterQueue"
+    assert patch["metadata"]["uid"]
+    assert patch["metadata"]["resourceVersion"]
+    # The pod outside Kueue went the pod way, the workload's pod was left to Kueue.
+    deleted = [p.rsplit("/", 1)[1] for m, p, _ in apiserver.requests if m == "DELETE"]
+    assert deleted == ["scratch"]
+    evs = await decisions(nc, topology)
+    assert not of(evs, events.PlanDropped, preemptor=train)

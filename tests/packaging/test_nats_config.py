@@ -1,0 +1,257 @@
+"""The nats-server configurations of the deployments: generated from the per-service
+permissions (never edited by hand, never drifting), accepted by a real nats-server, no
+secret in them, and working: an admin provisions with ``gangpreempt provision``, each
+service logs in with the password from its environment variable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+from click.testing import CliRunner
+
+from gangpreempt.bus import SERVICES, NatsServer, Topology, connected, free_port
+from gangpreempt.bus.permissions import ADMIN, env_authorization, password_variable
+from gangpreempt.bus.server import nats_server_binary
+from gangpreempt.bus.serverconfig import (
+    CLIENT_PORT,
+    CLUSTER_PORT,
+    MONITOR_PORT,
+    STORE_DIR,
+    compose_config,
+    kubernetes_config,
+)
+from gangpreempt.cli import cli
+from gangpreempt.cli.provision import run_provision
+from gangpreempt.config import load_settings
+from tests.packaging.conftest import K8S, ROOT, generated, named
+
+pytestmark = pytest.mark.packaging
+
+COMPOSE_CONF = ROOT / "deploy" / "nats" / "nats.conf"
+K8S_CONF = K8S / "nats.conf"
+TOPOLOGY = Topology("gp")  # the prefix both deployments run with
+USERS = (ADMIN, *SERVICES)
+
+
+def passwords() -> dict[str, str]:
+    return {user: "p" + secrets.token_hex(16) for user in USERS}
+
+
+def password_env(values: dict[str, str]) -> dict[str, str]:
+    return {password_variable(user): values[user] for user in USERS}
+
+
+def authorization(conf: str) -> str:
+    return conf[conf.index("authorization {") :]
+
+
+def test_committed_configs_are_the_generated_ones() -> None:
+    assert COMPOSE_CONF.read_text() == compose_config(TOPOLOGY), (
+        "deploy/nats/nats.conf is stale: gangpreempt nats-config compose -o deploy/nats/nats.conf"
+    )
+    assert K8S_CONF.read_text() == kubernetes_config(TOPOLOGY, 3), (
+        "deploy/k8s/nats.conf is stale: gangpreempt nats-config kubernetes -o deploy/k8s/nats.conf"
+    )
+
+
+def test_the_cli_prints_the_committed_configs() -> None:
+    runner = CliRunner()
+    for target, path in (("compose", COMPOSE_CONF), ("kubernetes", K8S_CONF)):
+        result = runner.invoke(cli, ["nats-config", target], env={"GANGPREEMPT_PREFIX": ""})
+        assert result.exit_code == 0, result.output
+        assert result.stdout == path.read_text()
+
+
+def test_kubernetes_configmap_holds_the_same_users_and_permissions(
+    rendered: list[dict[str, Any]],
+) -> None:
+    config = generated(rendered, "ConfigMap", "nats-config")["data"]["nats.conf"]
+    assert config == kubernetes_config(TOPOLOGY, 3)
+    assert authorization(config) == authorization(COMPOSE_CONF.read_text())
+    assert authorization(config) == env_authorization(TOPOLOGY)
+    common = generated(rendered, "ConfigMap", "gangpreempt")["data"]
+    assert load_settings(environ=common).prefix == TOPOLOGY.prefix
+
+
+def test_kubernetes_config_matches_the_statefulset(rendered: list[dict[str, Any]]) -> None:
+    sts = named(rendered, "StatefulSet", "nats")
+    headless = named(rendered, "Service", sts["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    replicas = sts["spec"]["replicas"]
+    routes = re.findall(r'"nats://([^"]+)"', K8S_CONF.read_text())
+    assert routes == [
+        f"{sts['metadata']['name']}-{i}.{headless['metadata']['name']}:{CLUSTER_PORT}"
+        for i in range(replicas)
+    ]
+    pod = sts["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"client": CLIENT_PORT, "cluster": CLUSTER_PORT, "monitor": MONITOR_PORT}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert ports[c[probe]["httpGet"]["port"]] == MONITOR_PORT, probe
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in c[
+        "env"
+    ]
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    config_volume = next(v for v in pod["volumes"] if v["name"] == "config")
+    assert config_volume["configMap"]["name"].startswith("nats-config-")
+    assert c["args"] == ["--config", f"{mounts['config']}/nats.conf"]
+    claim = sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
+    assert STORE_DIR.startswith(mounts[claim] + "/"), "the JetStream store is on the volume"
+    client = named(rendered, "Service", "nats")
+    assert client["spec"]["ports"][0]["port"] == CLIENT_PORT
+
+
+def nats_test(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``nats-server -t``: parse the configuration, resolve its variables, and exit."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("NATS_")}
+    return subprocess.run(
+        [nats_server_binary(), "-t", "-c", str(path)],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize("path", [COMPOSE_CONF, K8S_CONF], ids=["compose", "kubernetes"])
+def test_nats_server_accepts_the_config(path: Path) -> None:
+    env = {**password_env(passwords()), "POD_NAME": "nats-0"}
+    result = nats_test(path, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "is valid" in result.stdout + result.stderr
+
+
+def test_nats_server_refuses_the_config_without_a_password() -> None:
+    for user in USERS:
+        env = password_env(passwords())
+        del env[password_variable(user)]
+        result = nats_test(COMPOSE_CONF, env)
+        assert result.returncode != 0, user
+        assert password_variable(user) in result.stdout + result.stderr
+
+
+PASSWORD_LINE = re.compile(r"""(?i)password["']?\s*[:=]\s*(.*)$""")
+
+
+def deploy_files() -> Iterator[Path]:
+    yield ROOT / "docker-compose.yml"
+    for path in sorted((ROOT / "deploy").rglob("*")):
+        if path.is_file():
+            yield path
+
+
+def test_no_password_is_written_in_the_deployment_files() -> None:
+    """Every password setting is a reference (``$NAME``, ``${NAME...}``) or empty (the
+    examples), and no Secret with data is committed."""
+    reference = re.compile(r"^(\$[A-Z_][A-Z0-9_]*|\$\{[A-Z_][A-Z0-9_]*(:?[-?][^}]*)?\})?,?$")
+    checked = 0
+    for path in deploy_files():
+        if path.name in ("kubeconfig", "nats-passwords.env", ".env"):
+            pytest.fail(f"{path} holds secrets: it must not be committed")
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.lstrip().startswith("#"):
+                continue
+            m = PASSWORD_LINE.search(line)
+            if m:
+                value = m.group(1).split(" #")[0].strip()
+                assert reference.match(value), f"{path.relative_to(ROOT)}:{number}: {line}"
+                checked += 1
+        if path.suffix == ".yaml":
+            text = path.read_text()
+            assert not re.search(r"(?m)^kind:\s*Secret\s*$", text), path
+    assert checked >= 2 * len(USERS)  # nats.conf twice, compose, the examples
+
+
+def test_generated_passwords_fit_the_config_format() -> None:
+    """The password recipe in the examples gives values nats-server reads as strings."""
+    for path in (ROOT / "deploy" / "compose.env.example", K8S / "nats-passwords.env.example"):
+        assert "print('p' + secrets.token_hex(24))" in path.read_text(), path
+
+
+class ConfiguredServer(NatsServer):
+    """A nats-server child process on a given configuration text."""
+
+    def __init__(self, store: Path, port: int, text: str) -> None:
+        super().__init__(str(store), port=port)
+        self.text = text
+
+    def config_text(self) -> str:
+        return self.text
+
+
+@pytest.fixture
+def compose_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, dict[str, str]]]:
+    """nats-server on the compose configuration (store and ports moved to this test),
+    the passwords in its environment as compose gives them."""
+    values = passwords()
+    for name, value in password_env(values).items():
+        monkeypatch.setenv(name, value)
+    port = free_port()
+    conf = (
+        compose_config(TOPOLOGY)
+        .replace(STORE_DIR, str(tmp_path / "jetstream"))
+        .replace(f"\nport: {CLIENT_PORT}\n", f"\nport: {port}\n")
+        .replace(f"http_port: {MONITOR_PORT}", f"http_port: {free_port()}")
+    )
+    server = ConfiguredServer(tmp_path, port, conf).start()
+    try:
+        yield server.url, values
+    finally:
+        server.stop()
+
+
+async def test_admin_provisions_and_services_log_in(
+    compose_server: tuple[str, dict[str, str]],
+) -> None:
+    url, values = compose_server
+    admin = load_settings(
+        {"nats_url": url, "lease_ttl": 2},
+        environ={"GANGPREEMPT_NATS_USER": ADMIN, "GANGPREEMPT_NATS_PASSWORD": values[ADMIN]},
+    )
+    assert await run_provision(admin, timeout=20)
+    async with connected(url, "check", user=ADMIN, password=values[ADMIN]) as nc:
+        info = await nc.jetstream().stream_info(TOPOLOGY.decisions_stream)
+        assert info.config.num_replicas == 1
+    async with asyncio.timeout(20):
+        for service in SERVICES:
+            async with connected(url, service, user=service, password=values[service]) as nc:
+                assert nc.is_connected
+
+    assert not await refused(url, "quota", values["quota"])
+    assert await refused(url, "quota", values["victims"])  # another service's password
+
+
+async def refused(url: str, user: str, password: str) -> bool:
+    """Whether nats-server refuses this login (the protocol by hand: a refused nats-py
+    connect leaves its socket open)."""
+    parsed = urlparse(url)
+    reader, writer = await asyncio.open_connection(parsed.hostname, parsed.port)
+    try:
+        await reader.readline()  # INFO
+        connect = json.dumps({"user": user, "pass": password, "verbose": False})
+        writer.write(f"CONNECT {connect}\r\nPING\r\n".encode())
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.readline(), 5)
+        return answer.startswith(b"-ERR 'Authorization Violation'")
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_provision_gives_up_when_nats_never_comes() -> None:
+    settings = load_settings({"nats_url": f"nats://127.0.0.1:{free_port()}"}, environ={})
+    assert await run_provision(settings, timeout=0.5) is False
