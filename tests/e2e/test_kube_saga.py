@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -170,3 +173,43 @@ async def test_a_kueue_workload_is_evicted_through_its_conditions(
     assert deleted == ["scratch"]
     evs = await decisions(nc, topology)
     assert not of(evs, events.PlanDropped, preemptor=train)
+
+
+async def test_up_runs_the_saga_against_a_cluster(
+    scenario_dir: Path, apiserver: ApiServer, tmp_path: Path
+) -> None:
+    """`gangpreempt up --source kubernetes --sink kubernetes --kubeconfig FILE`: the
+    embedded default against a cluster, as the README gives it."""
+    gpu_cluster(scenario_dir)
+    load(apiserver, scenario_dir / "cluster.yaml", scenario_dir / "train.yaml")
+    config = apiserver.kubeconfig(str(tmp_path / "kubeconfig"))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gangpreempt.cli",
+        "up",
+        "--source",
+        "kubernetes",
+        "--sink",
+        "kubernetes",
+        "--kubeconfig",
+        config,
+        "--store",
+        str(tmp_path / "store"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "GANGPREEMPT_CYCLE_DELAY": "0.02", "GANGPREEMPT_PLAN_TIMEOUT": "5"},
+    )
+    try:
+        for _ in range(600):
+            if not pods_of(apiserver, "scavenger"):
+                break
+            await asyncio.sleep(0.1)
+        assert pods_of(apiserver, "scavenger") == []
+        assert pods_of(apiserver, "train") == ["train-0", "train-1"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    text = " ".join(out.decode(errors="replace").split())
+    assert proc.returncode == 0, text
+    assert "VictimActuated PodGroup/ml/scavenger for PodGroup/ml/train" in text

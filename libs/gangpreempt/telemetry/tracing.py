@@ -16,15 +16,19 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.trace import Span, SpanKind
 
 TRACER = "gangpreempt"
+OTLP_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 MESSAGING_SYSTEM = "nats"
 
 _provider: TracerProvider | None = None
 
 
 def setup_tracing(service: str, processor: SpanProcessor | None = None) -> TracerProvider:
-    """Install the process's tracer provider (idempotent). Spans are exported when
-    ``processor`` is given or ``GANGPREEMPT_TRACE_CONSOLE=1``; otherwise they only carry
-    ids into logs and headers."""
+    """Install the process's tracer provider (idempotent). Spans are exported over OTLP
+    (HTTP/protobuf) when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set (the exporter reads the standard
+    ``OTEL_EXPORTER_OTLP_*`` variables), printed with ``GANGPREEMPT_TRACE_CONSOLE=1``, and
+    handed to ``processor`` when given; otherwise they only carry ids into logs and
+    headers."""
     global _provider
     if _provider is not None:
         if processor is not None:
@@ -33,6 +37,10 @@ def setup_tracing(service: str, processor: SpanProcessor | None = None) -> Trace
     provider = TracerProvider(resource=Resource.create({"service.name": f"gangpreempt-{service}"}))
     if processor is not None:
         provider.add_span_processor(processor)
+    if any(os.environ.get(v) for v in OTLP_VARIABLES):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     if os.environ.get("GANGPREEMPT_TRACE_CONSOLE") == "1":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
     trace.set_tracer_provider(provider)
