@@ -38,6 +38,9 @@ class ServiceContext:
         self.topology = Topology(settings.prefix)
         self.publisher = Publisher(nc, self.topology, service)
         self.stop = stop
+        # Conditions a service adds to /readyz beyond "connected and started" (ingest:
+        # its first full state is published).
+        self.readiness: list[Callable[[], bool]] = []
 
     @staticmethod
     def now() -> datetime:
@@ -81,10 +84,10 @@ async def _run_service(service: str, settings: Settings, main: Main) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    ready: list[Client] = []  # the connection, once the service has started its work
+    ready: list[ServiceContext] = []  # the context, once the service has started its work
 
     def is_ready() -> bool:
-        return bool(ready) and ready[0].is_connected
+        return bool(ready) and ready[0].nc.is_connected and all(c() for c in ready[0].readiness)
 
     try:
         async with (
@@ -106,7 +109,7 @@ async def _run_service(service: str, settings: Settings, main: Main) -> None:
                     replicas=settings.stream_replicas,
                 )
             log.info("started", prefix=settings.prefix, nats=settings.nats_url)
-            ready.append(nc)
+            ready.append(ctx)
             await main(ctx)
     finally:
         shutdown_tracing()

@@ -26,6 +26,8 @@ from services.kube.discovery import discover
 from services.kube.recording import Recorder
 from services.kube.writing import Stale, retrying
 
+FEW_PODS = 8  # up to this many pods in a namespace are read one by one, more are listed
+
 
 def _split(ref: str) -> tuple[str, str, str]:
     kind, _, key = ref.partition("/")
@@ -69,20 +71,34 @@ class KubeSink:
         groups = {key} if kind == "PodGroup" else set(self.state.gang_workload(key))
         return sorted(p.key for p in self.state.pods.values() if p.group in groups)
 
-    async def _live_pods(self, namespaces: Iterable[str]) -> dict[str, JSON]:
+    async def _live_pods(self, keys: Iterable[str]) -> dict[str, JSON]:
+        """The pods ``keys`` (``ns/name``) as the API server has them (missing: absent):
+        a few are read one by one, more in one namespace by listing it."""
+        wanted: dict[str, set[str]] = {}
+        for key in keys:
+            ns, _, name = key.partition("/")
+            wanted.setdefault(ns, set()).add(name)
         raw: dict[str, JSON] = {}
-        for ns in sorted(set(namespaces)):
+        for ns, names in sorted(wanted.items()):
+            if len(names) <= FEW_PODS:
+                for name in sorted(names):
+                    obj = await self.pods.get_pod(f"{ns}/{name}")
+                    if obj is not None:
+                        raw[f"{ns}/{name}"] = obj
+                continue
             page = await self.api.request("GET", PODS, "list", path_of(PODS, "v1", ns))
             for item in page.get("items") or []:
-                item.setdefault("apiVersion", "v1")
-                item.setdefault("kind", "Pod")
-                raw[f"{ns}/{item['metadata']['name']}"] = item
+                name = str((item.get("metadata") or {}).get("name", ""))
+                if name in names:
+                    item.setdefault("apiVersion", "v1")
+                    item.setdefault("kind", "Pod")
+                    raw[f"{ns}/{name}"] = item
         return raw
 
     async def read(self, refs: list[str]) -> dict[str, LiveObject]:
         await self.replica.caught_up()
         members = {ref: self._members(ref) for ref in refs if not self._is_kueue(ref)}
-        raw = await self._live_pods(k.split("/", 1)[0] for ms in members.values() for k in ms)
+        raw = await self._live_pods(k for ms in members.values() for k in ms)
         pods = load_objects("kubernetes", raw.values()).state.pods
         out: dict[str, LiveObject] = {}
         for ref in refs:

@@ -42,6 +42,7 @@ class Ingest:
         if ctx.settings.source == "kubernetes":
             # The API server is the cluster: no sim, no scenario, no timeline.
             self.kube = KubeSource(ctx.settings)
+            ctx.readiness.append(self.kube.published.is_set)
         elif not ctx.settings.scenario:
             raise InvalidInput(
                 "ingest needs a scenario: --scenario PATH or GANGPREEMPT_SCENARIO "

@@ -50,7 +50,7 @@ class ObjectStore:
         self.relists += 1
 
     def put(self, resource: Resource, obj: JSON) -> None:
-        self.objects.setdefault(resource, {})[_key(obj)] = obj
+        self.objects.setdefault(resource, {})[_key(obj)] = _trimmed(obj)
         self.changed.set()
 
     def remove(self, resource: Resource, obj: JSON) -> None:
@@ -59,6 +59,17 @@ class ObjectStore:
 
     def all_objects(self) -> list[JSON]:
         return [obj for items in self.objects.values() for obj in items.values()]
+
+
+def _trimmed(obj: JSON) -> JSON:
+    """What the decoders never read, dropped to keep the store small."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict):
+            annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    return obj
 
 
 def _key(obj: JSON) -> Key:
@@ -101,7 +112,7 @@ class Reflector:
                     # A list's items carry no kind and apiVersion: the decoders need them.
                     item.setdefault("apiVersion", self.api_version)
                     item.setdefault("kind", self.resource.kind)
-                    items[_key(item)] = item
+                    items[_key(item)] = _trimmed(item)
             meta = page.get("metadata") or {}
             token = meta.get("continue")
             if not token:

@@ -413,3 +413,19 @@ async def test_the_access_table_is_what_the_sink_calls(tmp_path) -> None:
             await server.stop()
         used |= {(g, res, verb) for verb, g, res in server.calls}
     assert used == GRANTED, GRANTED ^ used
+
+
+async def test_a_big_gang_is_read_with_one_list(apiserver: ApiServer, sink) -> None:
+    s, replica = sink
+    for i in range(12):
+        apiserver.put(pod(f"w-{i}", **{"scheduling.x-k8s.io/pod-group": "wide"}))
+    apiserver.put(pod_group("wide", 12))
+    apiserver.put(pod("other", ns="elsewhere"))
+    replica.refresh()
+    apiserver.delete_now("", "pods", "team-a", "w-3")
+    apiserver.requests.clear()
+    live = await s.read(["PodGroup/team-a/wide", "Pod/elsewhere/other"])
+    assert live["PodGroup/team-a/wide"].pending
+    assert live["Pod/elsewhere/other"].exists
+    gets = [p for m, p, _ in apiserver.requests if m == "GET"]
+    assert gets == ["/api/v1/namespaces/elsewhere/pods/other", "/api/v1/namespaces/team-a/pods"]
