@@ -34,6 +34,7 @@ bench: $(STAMP) ## run the benchmarks; figures printed, JSON in bench/results/
 	$(BIN)/python bench/quota.py
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/victims.py
+	$(BIN)/python bench/ingest.py
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,7 +1,8 @@
 """A Kueue Workload evicted the way Kueue's scheduler evicts one it preempts: the
 ``Evicted`` condition (reason ``Preempted``) and the ``Preempted`` condition (reason
-``InClusterQueue``, ``InCohortReclamation``, ...) on its status. Kueue's job reconciler
-then stops the job and releases the quota."""
+``InClusterQueue``, ``InCohortReclamation``, ...) on its status, its admission checks
+reset to Pending. Kueue's job reconciler then stops the job and releases the quota.
+(Kueue's own eviction counters in ``status.requeueState`` are left to Kueue.)"""
 
 from __future__ import annotations
 
@@ -30,6 +31,29 @@ def _condition(kind: str, reason: str, message: str, generation: object) -> JSON
         "lastTransitionTime": now_rfc3339(),
         "observedGeneration": generation or 0,
     }
+
+
+def reset_checks(checks: object) -> list[JSON] | None:
+    """The admission checks' states reset to Pending, as Kueue does on eviction (None
+    when there are none to reset)."""
+    if not isinstance(checks, list):
+        return None
+    out: list[JSON] = []
+    changed = False
+    for check in checks:
+        if not isinstance(check, dict):
+            continue
+        state = check.get("state")
+        if state != "Pending":
+            check = {
+                **check,
+                "state": "Pending",
+                "lastTransitionTime": now_rfc3339(),
+                "message": f"Reset to Pending after eviction. Previously: {state}",
+            }
+            changed = True
+        out.append(check)
+    return out if changed else None
 
 
 async def get_workload(api: KubeApi, version: str | None, key: str) -> JSON | None:
@@ -76,12 +100,16 @@ async def evict_workload(
     kept.append(_condition("Evicted", "Preempted", message, meta.get("generation")))
     kept.append(_condition("Preempted", request.reason, message, meta.get("generation")))
     namespace, _, name = key.partition("/")
+    patch: JSON = {"conditions": kept}
+    checks = reset_checks(status.get("admissionChecks"))
+    if checks is not None:
+        patch["admissionChecks"] = checks
     await api.request(
         "PATCH",
         KUEUE_WORKLOAD_STATUS,
         "patch",
         path_of(KUEUE_WORKLOAD_STATUS, version, namespace, name),
-        body={"metadata": preconditions(obj), "status": {"conditions": kept}},
+        body={"metadata": preconditions(obj), "status": patch},
         content_type=MERGE_PATCH,
     )
     involved = involved_object(

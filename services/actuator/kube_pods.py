@@ -1,24 +1,32 @@
-"""Victim pods, one write each: deleted with the pod's own grace period (as
-kube-scheduler's preemption does), evicted through the Eviction API (a 429 from a
-PodDisruptionBudget is retried, not a failure), or labelled for soft eviction. When the
-victim's pods are all the running pods of one batch/v1 Job, the Job is suspended instead,
-so its controller removes the pods and does not re-create them."""
+"""Victim pods, one write each: deleted with the pod's own grace period after the
+``DisruptionTarget`` condition is set (as kube-scheduler's preemption does), evicted
+through the Eviction API (a 429 from a PodDisruptionBudget is retried, not a failure), or
+labelled for soft eviction. In ``delete`` mode, when the victim's pods are all the
+running pods of one batch/v1 Job, the Job is suspended instead, so its controller removes
+the pods and does not re-create them.
+
+Every pod is checked to be the one the plan chose before the first write, so a gang is
+not half-evicted when one of its pods turns out replaced."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from gangpreempt.model.pods import SOFT_EVICTION_LABEL
 from services import simwire
-from services.kube.access import JOBS, POD_EVICTIONS, PODS
+from services.kube.access import JOBS, POD_EVICTIONS, POD_STATUS, PODS
 from services.kube.client import JSON, MERGE_PATCH, ApiError, KubeApi, path_of
 from services.kube.recording import Recorder, involved_object
-from services.kube.writing import check_uid, preconditions, retrying
+from services.kube.writing import RETRY_FOR, check_uid, now_rfc3339, preconditions, retrying
 
 JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 DEFAULT_GRACE = 30
 
 PodRef = tuple[str, str]  # ("ns/name", the uid the plan was made for, or "")
+JobRef = tuple[str, str]  # ("ns/name", uid)
+# kube-scheduler's reason on the DisruptionTarget condition of a pod it preempts.
+PREEMPTED_BY_SCHEDULER = "PreemptionByScheduler"
 
 
 def victim_message(request: simwire.EvictRequest, what: str) -> str:
@@ -54,21 +62,36 @@ class PodEvictor:
         self.mode = mode  # GANGPREEMPT_POD_EVICTION: delete | eviction | soft-eviction
 
     async def evict(self, request: simwire.EvictRequest) -> bool:
-        """True if anything was written, False if it was all done already."""
+        """True if anything was written, False if it was all done already. One retry
+        budget for the whole victim, however many pods it has."""
         pods = victim_pods(request)
         mode = request.mode or self.mode
-        if mode != "soft-eviction":
-            job = await retrying(request.ref, lambda: self.whole_job(pods))
+        deadline = time.monotonic() + RETRY_FOR
+        await retrying(request.ref, lambda: self.check_pods(pods), deadline=deadline)
+        if mode == "delete":
+            job = await retrying(request.ref, lambda: self.whole_job(pods), deadline=deadline)
             if job is not None:
-                return await retrying(f"Job {job}", lambda: self.suspend_job(request, job, pods))
+                suspended = await retrying(
+                    f"Job {job[0]}", lambda: self.suspend_job(request, job), deadline=deadline
+                )
+                if suspended is not None:
+                    return suspended
+                # The Job is gone (orphaned pods): the pods go one by one.
         applied = False
         for key, uid in pods:
 
             async def attempt(key: str = key, uid: str = uid) -> bool:
                 return await self.evict_pod(request, mode, key, uid)
 
-            applied |= await retrying(f"Pod {key}", attempt)
+            applied |= await retrying(f"Pod {key}", attempt, deadline=deadline)
         return applied
+
+    async def check_pods(self, pods: list[PodRef]) -> None:
+        """Raise ``Stale`` if any pod that still exists is not the one the plan chose."""
+        for key, uid in pods:
+            obj = await self.get_pod(key)
+            if obj is not None:
+                check_uid(f"Pod {key}", obj, uid)
 
     async def get_pod(self, key: str) -> JSON | None:
         namespace, _, name = key.partition("/")
@@ -79,9 +102,9 @@ class PodEvictor:
                 return None
             raise
 
-    async def whole_job(self, pods: list[PodRef]) -> str | None:
-        """``ns/name`` of the batch/v1 Job whose running pods are exactly the victim's,
-        or None."""
+    async def whole_job(self, pods: list[PodRef]) -> JobRef | None:
+        """(``ns/name``, uid) of the batch/v1 Job whose running pods are exactly the
+        victim's, or None."""
         owners: set[tuple[str, str, str]] = set()
         for key, _ in pods:
             obj = await self.get_pod(key)
@@ -103,22 +126,19 @@ class PodEvictor:
             running = (item.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
             if mine and running and f"{namespace}/{meta.get('name')}" not in victims:
                 return None  # the Job runs pods the plan does not take: evict pods only
-        return f"{namespace}/{name}"
+        return f"{namespace}/{name}", uid
 
-    async def suspend_job(
-        self, request: simwire.EvictRequest, job: str, pods: list[PodRef]
-    ) -> bool:
-        namespace, _, name = job.partition("/")
+    async def suspend_job(self, request: simwire.EvictRequest, job: JobRef) -> bool | None:
+        """Suspend the Job (the one the pods name: same uid); None if it is gone."""
+        key, uid = job
+        namespace, _, name = key.partition("/")
         try:
             obj = await self.api.request("GET", JOBS, "get", path_of(JOBS, "v1", namespace, name))
         except ApiError as exc:
             if exc.status == 404:
-                return False
+                return None
             raise
-        for key, uid in pods:  # the pods are still the ones the plan chose
-            pod = await self.get_pod(key)
-            if pod is not None:
-                check_uid(f"Pod {key}", pod, uid)
+        check_uid(f"Job {key}", obj, uid)
         if (obj.get("spec") or {}).get("suspend"):
             return False
         await self.api.request(
@@ -129,7 +149,6 @@ class PodEvictor:
             body={"metadata": preconditions(obj), "spec": {"suspend": True}},
             content_type=MERGE_PATCH,
         )
-        uid = str((obj.get("metadata") or {}).get("uid", ""))
         await self.recorder.record(
             involved_object("batch/v1", "Job", namespace, name, uid),
             "Preempted",
@@ -137,6 +156,30 @@ class PodEvictor:
             request.plan_id,
         )
         return True
+
+    async def mark_disruption(self, request: simwire.EvictRequest, obj: JSON) -> JSON:
+        """The pod with ``DisruptionTarget`` (reason PreemptionByScheduler) on its status,
+        as kube-scheduler sets it before deleting a victim: Job pod failure policies and
+        backoff limits then see a disruption, not a failure."""
+        status = obj.get("status") or {}
+        conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+        if any(c.get("type") == "DisruptionTarget" for c in conditions):
+            return obj
+        conditions.append(
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": PREEMPTED_BY_SCHEDULER,
+                "message": victim_message(request, "Preempting"),
+                "lastTransitionTime": now_rfc3339(),
+            }
+        )
+        meta = obj.get("metadata") or {}
+        path = path_of(POD_STATUS, "v1", str(meta.get("namespace", "")), str(meta.get("name", "")))
+        body = {"metadata": preconditions(obj), "status": {"conditions": conditions}}
+        return await self.api.request(
+            "PATCH", POD_STATUS, "patch", path, body=body, content_type=MERGE_PATCH
+        )
 
     async def evict_pod(self, request: simwire.EvictRequest, mode: str, key: str, uid: str) -> bool:
         """One attempt (re-read, check, write) for one pod."""
@@ -174,6 +217,8 @@ class PodEvictor:
                 subresource = path_of(POD_EVICTIONS, "v1", namespace, name)
                 await self.api.request("POST", POD_EVICTIONS, "create", subresource, body=eviction)
             else:
+                marked = await self.mark_disruption(request, obj)
+                options["preconditions"] = preconditions(marked)
                 delete = {"apiVersion": "v1", "kind": "DeleteOptions", **options}
                 await self.api.request("DELETE", PODS, "delete", path, body=delete)
         except ApiError as exc:

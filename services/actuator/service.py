@@ -170,8 +170,10 @@ class Actuator:
         pods = [pod for v in p.victims for pod in v.pods]
         try:
             live = await self.sink.read([p.preemptor, *(v.object for v in p.victims), *pods])
-        except (Transient, ApiError) as exc:  # the truth cannot be read: touch nothing
-            await self.drop(p.plan_id, p.preemptor, f"live read failed: {exc}")
+        except Exception as exc:  # the truth cannot be read: touch nothing
+            if not isinstance(exc, Transient | ApiError):
+                log.exception("live read failed", plan_id=p.plan_id)
+            await self.drop(p.plan_id, p.preemptor, f"live read failed: {exc!r}")
             return
         stale = stale_reason(
             PlannedObject(p.preemptor, p.preemptor_uid, ""),
@@ -218,19 +220,11 @@ class Actuator:
                 return True
             revision = entry.revision or 0  # claimed by a run that crashed: finish it
         fault("after-claim")
-        reply = await self.sink.evict(
-            simwire.EvictRequest(
-                ref=v.object,
-                uid=v.uid,
-                plan_id=p.plan_id,
-                preemptor=p.preemptor,
-                reason=v.reason,
-                fencing_token=self.token,
-                pods=v.pods,
-                mode=self.mode_for(v.object),
-                pod_uids=v.pod_uids,
-            )
-        )
+        try:
+            reply = await self.evict(p, v)
+        except Exception as exc:  # a sink defect must not strand the plan: report it
+            log.exception("eviction failed", plan_id=p.plan_id, victim=v.object)
+            reply = simwire.EvictReply(ok=False, detail=repr(exc))
         if not reply.ok:
             log.error("eviction refused", plan_id=p.plan_id, victim=v.object, detail=reply.detail)
             return False
@@ -253,6 +247,21 @@ class Actuator:
         written.add_done_callback(self.records.discard)
         acks.append(await self.ctx.publisher.send(actuated))
         return True
+
+    async def evict(self, p: events.PlanProposed, v: events.PlannedVictim) -> simwire.EvictReply:
+        return await self.sink.evict(
+            simwire.EvictRequest(
+                ref=v.object,
+                uid=v.uid,
+                plan_id=p.plan_id,
+                preemptor=p.preemptor,
+                reason=v.reason,
+                fencing_token=self.token,
+                pods=v.pods,
+                mode=self.mode_for(v.object),
+                pod_uids=v.pod_uids,
+            )
+        )
 
     def mode_for(self, ref: str) -> str:
         """How a victim is actuated: a Kueue Workload is evicted the way Kueue does it,

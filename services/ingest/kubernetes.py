@@ -30,21 +30,29 @@ from services.kube.watching import ObjectStore, Reflector
 
 log = structlog.get_logger("gangpreempt.ingest")
 
-BATCH_DELAY = 0.1  # seconds to gather watch events before decoding
+BATCH_DELAY = 0.1  # seconds to gather watch events before decoding (at least)
 SYNC_REPORT = 30.0  # seconds between reports of resources not listed yet
 ORIGIN = "kubernetes"
 
-Publish = Callable[[list[Any], list[tuple[str, str]]], Awaitable[None]]
+Key = tuple[str, str]  # (kind, key)
+Publish = Callable[[list[Any], list[Key]], Awaitable[None]]
+OnStream = Callable[[], Awaitable[set[Key]]]
 
 
 class KubeSource:
-    def __init__(self, settings: Settings) -> None:
+    """``on_stream`` (optional) says which objects the STATE stream holds: at each full
+    republish, those no longer in the cluster are deleted again (a lost deletion, or one
+    made while ingest was down, heals too)."""
+
+    def __init__(self, settings: Settings, on_stream: OnStream | None = None) -> None:
         self.settings = settings
+        self.on_stream = on_stream
         self.store = ObjectStore()
         self.differ = Differ()
         self.rejected: set[str] = set()
         self.served: Served = {}
         self.published = asyncio.Event()  # the first full state is out
+        self.decode_seconds = 0.0  # how long the last decode took
 
     async def _discover(self, api: KubeApi, stop: asyncio.Event) -> bool:
         failures = 0
@@ -66,18 +74,36 @@ class KubeSource:
             return True
         return False
 
-    def decode(self, everything: bool) -> tuple[list[Any], list[tuple[str, str]]]:
-        loaded = load_objects(ORIGIN, self.store.all_objects())
+    def _decode(self, objects: list[Any], everything: bool) -> tuple[list[Any], list[Key]]:
+        loaded = load_objects(ORIGIN, objects)
         rejected = set(loaded.rejected)
         for error in sorted(rejected - self.rejected):
             log.error("object rejected; left out of the state", error=error)
         self.rejected = rejected
         return self.differ.diff(loaded.state, everything=everything)
 
-    async def _synced(self, stop: asyncio.Event) -> bool:
+    async def decode(self, everything: bool) -> tuple[list[Any], list[Key]]:
+        """The changes since the last decode (everything, and the stream's leftovers,
+        with ``everything``). The decode runs in a thread: on a large cluster it takes
+        a while, and the event loop keeps serving NATS, the watches and the probes."""
+        started = time.monotonic()
+        objects = self.store.all_objects()
+        upserts, deletes = await asyncio.to_thread(self._decode, objects, everything)
+        self.decode_seconds = time.monotonic() - started
+        if everything and self.on_stream is not None:
+            try:
+                leftovers = await self.on_stream() - self.differ.keys() - set(deletes)
+            except Transient as exc:
+                log.warning("could not read the STATE stream's objects", error=str(exc))
+            else:
+                deletes = [*deletes, *sorted(leftovers)]
+        return upserts, deletes
+
+    async def _synced(self, stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> bool:
         started = time.monotonic()
         reported = started
         while not stop.is_set():
+            _surface(tasks)
             if all(r in self.store.synced for r in self.served):
                 return True
             if time.monotonic() - reported >= SYNC_REPORT:
@@ -114,17 +140,14 @@ class KubeSource:
         interval: float,
         tasks: list[asyncio.Task[None]],
     ) -> None:
-        if not await self._synced(stop):
+        if not await self._synced(stop, tasks):
             return
         self.store.changed.clear()
-        await publish(*self.decode(everything=True))
+        await publish(*await self.decode(everything=True))
         self.published.set()
         next_republish = time.monotonic() + interval
         while not stop.is_set():
-            for t in tasks:  # a reflector that crashed is a bug: surface it
-                crashed = t.exception() if t.done() and not t.cancelled() else None
-                if crashed is not None:
-                    raise crashed
+            _surface(tasks)
             wait = max(0.0, next_republish - time.monotonic())
             changed = asyncio.ensure_future(self.store.changed.wait())
             stopped = asyncio.ensure_future(stop.wait())
@@ -134,15 +157,27 @@ class KubeSource:
             if stop.is_set():
                 return
             republish = time.monotonic() >= next_republish
-            if not republish and await sleep_or_stop(stop, BATCH_DELAY):
+            # Gather for at least as long as the last decode took: decoding then takes at
+            # most about half of the time however fast the cluster changes.
+            gather = max(BATCH_DELAY, self.decode_seconds)
+            if not republish and await sleep_or_stop(stop, gather):
                 return
             self.store.changed.clear()
-            upserts, deletes = self.decode(everything=republish)
+            upserts, deletes = await self.decode(everything=republish)
             if republish:
                 next_republish = time.monotonic() + interval
                 log.info("periodic republish", objects=len(upserts))
             if upserts or deletes:
                 await publish(upserts, deletes)
+
+
+def _surface(tasks: list[asyncio.Task[None]]) -> None:
+    """A reflector that crashed is a bug: raise it here, so ingest stops (and restarts)
+    instead of waiting for a list that will never come."""
+    for t in tasks:
+        crashed = t.exception() if t.done() and not t.cancelled() else None
+        if crashed is not None:
+            raise crashed
 
 
 __all__ = ["KubeSource"]

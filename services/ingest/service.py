@@ -25,6 +25,7 @@ from gangpreempt.bus.consuming import Delivery
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model import kinds
 from gangpreempt.model.workloads import Workload
+from gangpreempt.replica import StateReplica
 from services import simwire
 from services.ingest.kubernetes import KubeSource
 from services.ingest.sim import SimCluster, split_ref
@@ -41,7 +42,8 @@ class Ingest:
         self.kube: KubeSource | None = None
         if ctx.settings.source == "kubernetes":
             # The API server is the cluster: no sim, no scenario, no timeline.
-            self.kube = KubeSource(ctx.settings)
+            self.replica = StateReplica(ctx.nc, ctx.topology, "ingest")
+            self.kube = KubeSource(ctx.settings, self.stream_objects)
             ctx.readiness.append(self.kube.published.is_set)
         elif not ctx.settings.scenario:
             raise InvalidInput(
@@ -190,8 +192,14 @@ class Ingest:
         for sub in subs:
             await sub.unsubscribe()
 
+    async def stream_objects(self) -> set[tuple[str, str]]:
+        """(kind, key) of every object the STATE stream holds now."""
+        await self.replica.caught_up()
+        return {(kinds.kind_of(o), kinds.key_of(o)) for o in kinds.objects(self.replica.state)}
+
     async def run(self) -> None:
         if self.kube is not None:
+            await self.replica.start()
             await self.kube.run(self.ctx.stop, self.publish)
             return
         await self.publish_changes(force=True)

@@ -87,6 +87,10 @@ class Differ:
     def __init__(self) -> None:
         self._bodies: dict[tuple[str, str], bytes] = {}
 
+    def keys(self) -> set[tuple[str, str]]:
+        """(kind, key) of every object of the last state shown."""
+        return set(self._bodies)
+
     def diff(
         self, state: ClusterState, everything: bool = False
     ) -> tuple[list[Any], list[tuple[str, str]]]:

@@ -62,6 +62,7 @@ WATCHED: tuple[Resource, ...] = (
 
 # What the actuator's kubernetes sink calls.
 POD_EVICTIONS = Resource("", "pods/eviction", "Eviction")
+POD_STATUS = Resource("", "pods/status", "Pod")
 EVENTS = Resource("", "events", "Event")
 JOBS = Resource("batch", "jobs", "Job")
 KUEUE_WORKLOAD_STATUS = Resource(KUEUE_GROUP, "workloads/status", "Workload")
@@ -71,6 +72,7 @@ ACCESS: dict[str, dict[Resource, frozenset[str]]] = {
     "actuator": {
         PODS: frozenset({"get", "list", "delete", "patch"}),
         POD_EVICTIONS: frozenset({"create"}),
+        POD_STATUS: frozenset({"patch"}),
         EVENTS: frozenset({"create"}),
         JOBS: frozenset({"get", "patch"}),
         KUEUE_WORKLOADS: frozenset({"get"}),

@@ -132,6 +132,32 @@ class KubeApi:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise Transient(f"{method} {path}: {exc!r}") from exc
 
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> JSON:
+        """One request and its whole answer, decoded; a non-2xx status is an ApiError,
+        a connection or body failure (reset, cut short, timed out, not JSON) Transient."""
+        response = await self._send(method, path, query=query, body=body, content_type=content_type)
+        try:
+            async with response:
+                data = await response.read()
+                status, retry_after = response.status, response.headers.get("Retry-After")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise Transient(f"{method} {path}: reading the answer: {exc!r}") from exc
+        if not 200 <= status < 300:
+            raise _error(status, data, retry_after)
+        try:
+            decoded = json.loads(data) if data else {}
+        except ValueError as exc:
+            raise Transient(f"{method} {path}: the answer is not JSON") from exc
+        return decoded if isinstance(decoded, dict) else {}
+
     async def request(
         self,
         method: str,
@@ -144,27 +170,12 @@ class KubeApi:
         content_type: str = "application/json",
     ) -> JSON:
         self._check(resource, verb)
-        response = await self._send(method, path, query=query, body=body, content_type=content_type)
-        async with response:
-            data = await response.read()
-            if not 200 <= response.status < 300:
-                raise _error(response.status, data, response.headers.get("Retry-After"))
-        try:
-            decoded = json.loads(data) if data else {}
-        except ValueError as exc:
-            raise Transient(f"{method} {path}: the answer is not JSON") from exc
-        return decoded if isinstance(decoded, dict) else {}
+        return await self._exchange(method, path, query=query, body=body, content_type=content_type)
 
     async def raw_get(self, path: str) -> JSON:
         """A discovery document (``/api``, ``/apis``, ``/apis/<group>/<version>``): every
         authenticated client may read these."""
-        response = await self._send("GET", path)
-        async with response:
-            data = await response.read()
-            if not 200 <= response.status < 300:
-                raise _error(response.status, data, None)
-        decoded = json.loads(data)
-        return decoded if isinstance(decoded, dict) else {}
+        return await self._exchange("GET", path)
 
     async def watch(
         self, resource: Resource, version: str, resource_version: str, timeout_seconds: int
@@ -183,15 +194,25 @@ class KubeApi:
         response = await self._send("GET", path, query=query, timeout=timeout)
         async with response:
             if not 200 <= response.status < 300:
-                raise _error(response.status, await response.read(), None)
-            while True:
                 try:
-                    line = await response.content.readline()
+                    data = await response.read()
                 except (aiohttp.ClientError, TimeoutError) as exc:
                     raise Transient(f"watch {path}: {exc!r}") from exc
-                if not line:
-                    return
-                if line.strip():
+                raise _error(response.status, data, None)
+            buffer = b""
+            while True:
+                try:
+                    chunk = await response.content.readany()
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    raise Transient(f"watch {path}: {exc!r}") from exc
+                if not chunk:
+                    return  # the server ended the watch (an unfinished line is dropped)
+                # One event per line, of any length (an object may be 1.5 MB).
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
                     try:
                         event = json.loads(line)
                     except ValueError as exc:

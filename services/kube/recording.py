@@ -6,6 +6,7 @@ import os
 
 import structlog
 
+from gangpreempt.errors import Transient
 from services.kube.access import EVENTS
 from services.kube.client import JSON, ApiError, KubeApi, path_of
 from services.kube.writing import event_name, now_rfc3339, retrying
@@ -52,6 +53,8 @@ class Recorder:
         except ApiError as exc:
             if exc.status != 409:
                 log.warning("event not recorded", reason=reason, object=name, error=str(exc))
+        except Transient as exc:
+            log.warning("event not recorded", reason=reason, object=name, error=str(exc))
 
 
 def involved_object(api_version: str, kind: str, namespace: str, name: str, uid: str) -> JSON:

@@ -24,6 +24,7 @@ log = structlog.get_logger("gangpreempt.ingest")
 PAGE = 500
 WATCH_SECONDS = 300  # one watch request at most (the server may end it sooner)
 BACKOFF_MAX = 30.0
+QUICK_END = 1.0  # a watch that ends sooner with no event is re-opened after this long
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -127,10 +128,11 @@ class Reflector:
             left = until - time.monotonic()
             if left <= 0:
                 return
-            events = self.api.watch(
-                self.resource, self.version, rv, min(WATCH_SECONDS, int(left) + 1)
-            )
+            seconds = min(WATCH_SECONDS, int(left) + 1)
+            events = self.api.watch(self.resource, self.version, rv, seconds)
+            opened, received = time.monotonic(), 0
             async for event in events:
+                received += 1
                 kind = event.get("type")
                 obj = event.get("object")
                 if kind == "ERROR":
@@ -151,6 +153,10 @@ class Reflector:
                     self.store.remove(self.resource, obj)
                 if stop.is_set():
                     return
+            if received == 0 and time.monotonic() - opened < QUICK_END:
+                # Ended at once with nothing (a proxy, a server shutting down): not in a
+                # tight loop.
+                await sleep_or_stop(stop, QUICK_END)
 
     async def run(self, stop: asyncio.Event) -> None:
         failures = 0

@@ -31,11 +31,16 @@ class Stale(Exception):
 
 
 async def retrying(
-    what: str, attempt: Callable[[], Awaitable[T]], retry_for: float = RETRY_FOR
+    what: str,
+    attempt: Callable[[], Awaitable[T]],
+    retry_for: float = RETRY_FOR,
+    deadline: float | None = None,
 ) -> T:
     """``attempt()`` (which re-reads before it writes) until it succeeds, a non-retriable
-    error, or ``retry_for`` seconds of 409 / 429 / 5xx / connection errors."""
-    deadline = time.monotonic() + retry_for
+    error, or 409 / 429 / 5xx / connection errors past ``deadline`` (a ``time.monotonic``
+    instant; by default ``retry_for`` seconds from now)."""
+    if deadline is None:
+        deadline = time.monotonic() + retry_for
     tries = 0
     while True:
         try:
@@ -43,8 +48,7 @@ async def retrying(
         except ApiError as exc:
             if not exc.retriable or time.monotonic() >= deadline:
                 raise
-            delay = exc.retry_after if exc.retry_after is not None else None
-            error = str(exc)
+            delay, error = exc.retry_after, str(exc)
         except Transient as exc:
             if time.monotonic() >= deadline:
                 raise
@@ -79,7 +83,8 @@ def event_name(object_name: str, *parts: str) -> str:
     """A name per (object, plan, ...): creating it twice gives 409, so events are sent
     once however often an actuation is retried."""
     digest = hashlib.sha256("/".join(parts).encode()).hexdigest()[:12]
-    return f"{object_name[:200]}.gp-{digest}"
+    # A DNS subdomain: a cut name must not end in "-" or "." before the suffix.
+    return f"{object_name[:200].rstrip('-.')}.gp-{digest}"
 
 
 __all__ = [

@@ -105,8 +105,12 @@ async def test_a_gang_preempts_a_gang_through_the_api_server(
         lambda e: any(a.placement for a in of(e, events.Admitted, workload=train)),
         what="the gang admitted with its placement",
     )
-    # Nothing else was touched.
-    assert not [r for r in apiserver.requests if r[0] == "PATCH"]
+    # Nothing else was touched: the only other writes are the victims' DisruptionTarget.
+    patched = sorted(p for m, p, _ in apiserver.requests if m == "PATCH")
+    assert patched == [
+        "/api/v1/namespaces/ml/pods/scavenger-0/status",
+        "/api/v1/namespaces/ml/pods/scavenger-1/status",
+    ]
 
 
 async def test_a_kueue_workload_is_evicted_through_its_conditions(

@@ -10,7 +10,8 @@ version), get, create, merge patch (main resource or ``/status``; ``metadata.uid
 
 Every request needs the bearer token and is recorded as (verb, group, resource), so a
 test can compare what the code called with what its RBAC role grants. ``fail`` makes
-the next matching requests answer with an error status.
+the next matching requests answer with an error status, ``cuts`` cut an answer in the
+middle of its body, ``dropped`` drops the connection without an answer.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import asyncio
 import copy
 import datetime
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +77,23 @@ class Watcher:
     queue: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
 
 
+# Merge patch is what the code sends; a strategic merge patch is the same for the fields
+# it touches. JSON patch and apply are not served here.
+PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _invalid_event(namespace: str | None, event: dict[str, Any]) -> str:
+    """Why the API server would refuse this Event (as its validation does), or ""."""
+    name = str((event.get("metadata") or {}).get("name", ""))
+    if len(name) > 253 or not DNS_SUBDOMAIN.fullmatch(name):
+        return f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain"
+    involved = event.get("involvedObject") or {}
+    if involved.get("namespace") and involved["namespace"] != namespace:
+        return "involvedObject.namespace: Invalid value: does not match event.namespace"
+    return ""
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -126,6 +145,9 @@ class ApiServer:
         self.calls: list[tuple[str, str, str]] = []  # (verb, group, resource[/sub])
         self.requests: list[tuple[str, str, Any]] = []  # (method, path, body)
         self.failures: list[Failure] = []
+        # (method, url part, count): answers cut in the middle of their body.
+        self.cuts: list[list[Any]] = []
+        self.dropped: list[tuple[str, str]] = []  # (method, url part): connection dropped
         # (method, path part, action): the action runs once, before a matching request.
         self.before: list[tuple[str, str, Any]] = []
         self.expired_watches = 0  # watches answered with a 410 ERROR event
@@ -264,6 +286,15 @@ class ApiServer:
             if hook[0] == request.method and hook[1] in str(request.url):
                 self.before.remove(hook)
                 hook[2]()
+        for cut in self.cuts:
+            if cut[2] > 0 and cut[0] == request.method and cut[1] in str(request.url):
+                cut[2] -= 1
+                return await self._cut(request)
+        for method, part in self.dropped:
+            if method == request.method and part in str(request.url):
+                assert request.transport is not None
+                request.transport.close()
+                raise ConnectionResetError("dropped by the test")
         for f in self.failures:
             if f.count > 0 and f.method == request.method and f.contains in str(request.url):
                 f.count -= 1
@@ -279,6 +310,10 @@ class ApiServer:
         if verb == "create" and sub == "eviction":
             return self._evict(kind, key, body or {})
         if verb == "create":
+            if kind.plural == "events":
+                invalid = _invalid_event(namespace, body or {})
+                if invalid:
+                    return _status(422, "Invalid", invalid)
             return self._create(kind, namespace, body or {})
         obj = self.objects[(group, plural)].get(key)
         if obj is None:
@@ -286,10 +321,26 @@ class ApiServer:
         if verb == "get":
             return web.json_response(obj)
         if verb == "patch":
+            if request.content_type not in PATCH_TYPES:
+                return _status(
+                    415, "UnsupportedMediaType", f"{request.content_type} is not a patch"
+                )
             return self._patch(kind, key, obj, body or {}, sub)
         if verb == "delete":
             return self._delete(kind, key, obj, body or {})
         return _status(405, "MethodNotAllowed", f"{request.method} {path}")
+
+    @staticmethod
+    async def _cut(request: web.Request) -> web.StreamResponse:
+        """200 and a promised body of 100 kB, then the connection closes after 27 bytes."""
+        response = web.StreamResponse(status=200)
+        response.content_type = "application/json"
+        response.content_length = 100_000
+        await response.prepare(request)
+        await response.write(b'{"kind": "List", "items": [')
+        assert request.transport is not None
+        request.transport.close()
+        return response
 
     @staticmethod
     def _verb(request: web.Request, name: str | None) -> str:

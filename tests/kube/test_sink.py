@@ -7,46 +7,19 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from gangpreempt.config import Settings
-from gangpreempt.manifests.loading import load_objects
-from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import SOFT_EVICTION_LABEL
-from services import simwire
 from services.actuator.kubernetes import KubeSink
 from services.kube.access import ACCESS
 from services.kube.client import KubeApi
 from tests.kube.apiserver import ApiServer
-from tests.kube.objects import job, kueue_workload, node, pdb, pod, pod_group, priority_class
+from tests.kube.objects import kueue_workload, node, pdb, pod, pod_group, priority_class
+from tests.kube.sinking import Replica, events, job_with_pods, request, uid_of, writes
 
 pytestmark = pytest.mark.kube
-
-
-class Replica:
-    """The actuator's STATE replica as the sink uses it: the state ingest published."""
-
-    def __init__(self, server: ApiServer) -> None:
-        self.server = server
-        self.state = ClusterState()
-
-    def refresh(self) -> None:
-        objects = [o for table in self.server.objects.values() for o in table.values()]
-        self.state = load_objects("test", copy.deepcopy(objects)).state
-
-    async def caught_up(self) -> None:
-        return None
-
-
-@pytest.fixture
-async def sink(apiserver: ApiServer, tmp_path) -> AsyncIterator[tuple[KubeSink, Replica]]:
-    config = apiserver.kubeconfig(str(tmp_path / "kubeconfig"))
-    replica = Replica(apiserver)
-    async with KubeApi.connect(Settings(kubeconfig=config), "actuator") as api:
-        s = await KubeSink.create(api, replica, "delete")  # type: ignore[arg-type]
-        yield s, replica
 
 
 GRANTED = {(r.group, r.plural, v) for r, verbs in ACCESS["actuator"].items() for v in verbs}
@@ -58,45 +31,6 @@ async def calls_are_granted(apiserver: ApiServer) -> AsyncIterator[None]:
     yield
     used = {(g, res, verb) for verb, g, res in apiserver.calls}
     assert used <= GRANTED, used - GRANTED
-
-
-def uid_of(server: ApiServer, group: str, plural: str, ns: str, name: str) -> str:
-    obj = server.get(group, plural, ns, name)
-    assert obj is not None
-    return str(obj["metadata"]["uid"])
-
-
-def request(
-    ref: str,
-    uid: str = "",
-    mode: str = "delete",
-    pods: tuple[str, ...] = (),
-    pod_uids: tuple[str, ...] = (),
-    preemptor: str = "Pod/team-a/big",
-) -> simwire.EvictRequest:
-    return simwire.EvictRequest(
-        ref=ref,
-        uid=uid,
-        plan_id="plan-7",
-        preemptor=preemptor,
-        reason="InClusterQueue" if mode == "kueue" else "PreemptionByScheduler",
-        fencing_token=1,
-        pods=pods,
-        mode=mode,
-        pod_uids=pod_uids,
-    )
-
-
-def events(server: ApiServer) -> list[dict[str, Any]]:
-    return list(server.objects[("", "events")].values())
-
-
-def writes(server: ApiServer) -> list[tuple[str, str, Any]]:
-    return [
-        r
-        for r in server.requests
-        if r[0] in ("PATCH", "DELETE") or (r[0] == "POST" and "/events" not in r[1])
-    ]
 
 
 async def test_kueue_workload_is_evicted_the_way_kueue_does(apiserver: ApiServer, sink) -> None:
@@ -238,10 +172,20 @@ async def test_delete_uses_the_pods_grace_period_and_preconditions(
     uid, rv = live["metadata"]["uid"], live["metadata"]["resourceVersion"]
     reply = await s.evict(request("Pod/team-a/slow", uid))
     assert reply.ok
+    # First the DisruptionTarget condition, as kube-scheduler sets it, then the delete,
+    # each with the uid and the resourceVersion it was checked against.
+    (mark,) = [r for r in apiserver.requests if r[0] == "PATCH"]
     (delete,) = [r for r in apiserver.requests if r[0] == "DELETE"]
+    assert mark[1].endswith("/pods/slow/status")
+    assert mark[2]["metadata"] == {"uid": uid, "resourceVersion": rv}
     assert delete[2]["gracePeriodSeconds"] == 45
-    assert delete[2]["preconditions"] == {"uid": uid, "resourceVersion": rv}
-    assert apiserver.get("", "pods", "team-a", "slow")["metadata"]["deletionTimestamp"]
+    marked_rv = str(int(rv) + 1)
+    assert delete[2]["preconditions"] == {"uid": uid, "resourceVersion": marked_rv}
+    gone = apiserver.get("", "pods", "team-a", "slow")
+    assert gone["metadata"]["deletionTimestamp"]
+    (target,) = [c for c in gone["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert target["reason"] == "PreemptionByScheduler"
+    assert target["status"] == "True"
     # Terminating already: a repeat sends nothing.
     again = await s.evict(request("Pod/team-a/slow", uid))
     assert not again.applied
@@ -293,33 +237,10 @@ async def test_soft_eviction_labels_the_pod(apiserver: ApiServer, sink) -> None:
     assert not (await s.evict(request("Pod/team-a/p", uid, "soft-eviction"))).applied
 
 
-def owned(job_obj: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "name": job_obj["metadata"]["name"],
-        "uid": job_obj["metadata"]["uid"],
-        "controller": True,
-    }
-
-
 async def test_a_job_whose_pods_are_all_victims_is_suspended(apiserver: ApiServer, sink) -> None:
     s, replica = sink
     apiserver.put(node("n1"))
-    trainer = apiserver.put(job("trainer"))
-    juid = trainer["metadata"]["uid"]
-    for i in range(2):
-        apiserver.put(
-            pod(
-                f"trainer-{i}",
-                "n1",
-                owner=owned(trainer),
-                **{
-                    "batch.kubernetes.io/controller-uid": juid,
-                    "scheduling.x-k8s.io/pod-group": "trainer",
-                },
-            )
-        )
+    juid = job_with_pods(apiserver, 2, **{"scheduling.x-k8s.io/pod-group": "trainer"})
     apiserver.put(pod_group("trainer", 2))
     replica.refresh()
     pods = ("Pod/team-a/trainer-0", "Pod/team-a/trainer-1")
@@ -337,17 +258,7 @@ async def test_a_job_with_other_running_pods_loses_only_the_victims(
 ) -> None:
     s, replica = sink
     apiserver.put(node("n1"))
-    trainer = apiserver.put(job("trainer"))
-    juid = trainer["metadata"]["uid"]
-    for i in range(3):
-        apiserver.put(
-            pod(
-                f"trainer-{i}",
-                "n1",
-                owner=owned(trainer),
-                **{"batch.kubernetes.io/controller-uid": juid},
-            )
-        )
+    job_with_pods(apiserver, 3)
     replica.refresh()
     uid = uid_of(apiserver, "", "pods", "team-a", "trainer-0")
     reply = await s.evict(request("Pod/team-a/trainer-0", uid))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import ingest as bench_ingest
 from bench import quota as bench_quota
 from bench import victims as bench_victims
 
@@ -61,3 +62,13 @@ def test_victims_bench_runs_and_writes_results(tmp_path: Path) -> None:
     assert quality["ratio_p50"] >= 1.0
     assert quality["missed"] == 0
     assert quality["invalid"] == 0
+
+
+def test_ingest_bench_runs_and_writes_results(tmp_path: Path) -> None:
+    out = tmp_path / "ingest.json"
+    bench_ingest.main(["--pods", "200", "--rounds", "1", "--out", str(out)])
+    (size,) = json.loads(out.read_text())["sizes"]
+    assert size["pods"] == 200
+    assert size["nodes"] == 10
+    assert size["objects_published_first"] == 210
+    assert size["batch_decode_p50_s"] >= 0

@@ -1,0 +1,157 @@
+"""The kubernetes source's decode: what one batch of watch events costs ingest.
+
+Raw API objects (as list + watch keep them) for clusters of 10,000 and 50,000 pods on
+nodes of 20 pods each. Measures, per size: the first full decode (every object
+published), the decode of a batch where one pod changed (what every 0.1 s batch costs
+while anything changes: the whole cluster is decoded again), and how long the event loop
+is held during such a decode: run on the loop itself (the first version) and in a
+thread (``KubeSource.decode``, as built), measured as the longest gap of a 5 ms ticker.
+
+Prints a table and writes ``bench/results/ingest.json``. Nothing here is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
+
+from bench.stats import environment, write_result
+from gangpreempt.config import Settings
+from services.ingest.kubernetes import KubeSource
+from services.kube.access import NODES, PODS
+
+PODS_PER_NODE = 20
+
+
+def raw_node(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1"},
+        "status": {"allocatable": {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8"}},
+    }
+
+
+def raw_pod(i: int, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"p{i}",
+            "namespace": f"team-{i % 10}",
+            "uid": f"uid-p{i}",
+            "resourceVersion": str(i),
+            "labels": {"app": f"a{i % 100}"},
+        },
+        "spec": {
+            "nodeName": node,
+            "priorityClassName": "",
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}],
+        },
+        "status": {"phase": "Running", "startTime": "2026-11-01T00:00:00Z"},
+    }
+
+
+def source_with(pods: int) -> KubeSource:
+    source = KubeSource(Settings())
+    nodes = max(1, pods // PODS_PER_NODE)
+    source.store.replace(NODES, {("", f"n{i}"): raw_node(f"n{i}") for i in range(nodes)})
+    source.store.replace(
+        PODS, {(f"team-{i % 10}", f"p{i}"): raw_pod(i, f"n{i % nodes}") for i in range(pods)}
+    )
+    return source
+
+
+async def loop_hold(run: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
+    """(seconds ``run`` took, the longest the event loop went without running a 5 ms
+    ticker meanwhile)."""
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.sleep(0.02)
+    started = time.perf_counter()
+    await run()
+    took = time.perf_counter() - started
+    done.set()
+    await tick
+    return took, max(gaps) if gaps else 0.0
+
+
+def change_one_pod(source: KubeSource, round_: int) -> None:
+    pod = source.store.objects[PODS][("team-1", "p1")]
+    pod["metadata"]["labels"] = {"app": f"changed-{round_}"}
+
+
+async def measure(pods: int, rounds: int) -> dict[str, Any]:
+    source = source_with(pods)
+    started = time.perf_counter()
+    upserts, _ = await source.decode(everything=True)
+    first = time.perf_counter() - started
+    batch, on_loop, in_thread = [], [], []
+    for r in range(rounds):
+        change_one_pod(source, r)
+
+        async def on_the_loop() -> None:
+            source._decode(source.store.all_objects(), False)
+
+        took, hold = await loop_hold(on_the_loop)
+        batch.append(took)
+        on_loop.append(hold)
+        change_one_pod(source, r + 1000)
+
+        async def threaded() -> None:
+            await source.decode(everything=False)
+
+        _, hold = await loop_hold(threaded)
+        in_thread.append(hold)
+    return {
+        "pods": pods,
+        "nodes": max(1, pods // PODS_PER_NODE),
+        "objects_published_first": len(upserts),
+        "first_decode_s": round(first, 3),
+        "batch_decode_p50_s": round(statistics.median(batch), 3),
+        "loop_held_on_loop_p50_s": round(statistics.median(on_loop), 3),
+        "loop_held_in_thread_p50_s": round(statistics.median(in_thread), 3),
+        "loop_held_in_thread_max_s": round(max(in_thread), 3),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, nargs="+", default=[10_000, 50_000])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ingest.json"))
+    args = parser.parse_args(argv)
+    sizes = [asyncio.run(measure(n, args.rounds)) for n in args.pods]
+    print(
+        f"{'pods':>7} {'first':>8} {'batch p50':>10} {'loop held: on loop':>19} {'in thread':>10}"
+    )
+    for s in sizes:
+        print(
+            f"{s['pods']:>7} {s['first_decode_s']:>7.2f}s {s['batch_decode_p50_s']:>9.2f}s "
+            f"{s['loop_held_on_loop_p50_s']:>18.2f}s {s['loop_held_in_thread_p50_s']:>9.3f}s"
+        )
+    result = {"environment": environment(), "sizes": sizes}
+    write_result(args.out, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
