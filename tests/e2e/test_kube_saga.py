@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,10 @@ import yaml
 from nats.aio.client import Client
 
 from gangpreempt import events
-from gangpreempt.bus import Topology
-from tests.e2e.harness import Services, decisions, of, wait_for
+from gangpreempt.bus import Publisher, Topology
+from gangpreempt.model import kinds
+from gangpreempt.model.pods import Pod
+from tests.e2e.harness import Services, decisions, of, read_stream, wait_for
 from tests.e2e.scenarios import gpu_cluster, kueue_gpu_cluster
 from tests.kube.apiserver import CORE, KUEUE, PLUGINS, ApiServer, Kind
 
@@ -217,3 +220,53 @@ async def test_up_runs_the_saga_against_a_cluster(
     text = " ".join(out.decode(errors="replace").split())
     assert proc.returncode == 0, text
     assert "VictimActuated PodGroup/ml/scavenger for PodGroup/ml/train" in text
+
+
+async def test_the_republish_deletes_what_the_cluster_no_longer_has(
+    nc: Client,
+    topology: Topology,
+    services: Services,
+    scenario_dir: Path,
+    apiserver: ApiServer,
+    tmp_path: Path,
+) -> None:
+    """A deletion the STATE stream lost (or one made while ingest was down) heals: the
+    stream still holds ``before`` from before ingest started and ``lost`` whose deletion
+    never arrived; ingest deletes the first on its first publish, the second at its next
+    full republish."""
+    gpu_cluster(scenario_dir)
+    load(apiserver, scenario_dir / "cluster.yaml")
+    publisher = Publisher(nc, topology, "test")
+
+    async def ghost(name: str) -> None:
+        obj = Pod(namespace="ml", name=name, requests={"cpu": 1000}, node_name="gpu-0")
+        await publisher.publish(
+            events.ObjectUpserted(
+                id=f"ghost-{name}",
+                occurred_at=datetime.now(UTC),
+                kind="Pod",
+                key=obj.key,
+                body=kinds.encode_object(obj),
+            )
+        )
+
+    async def last_on(key: str) -> str:
+        msgs = await read_stream(nc, topology.state_stream, topology.state_subject("Pod", key))
+        return events.event_type(events.decode(msgs[-1].data)) if msgs else ""
+
+    await ghost("before")
+    services.start(extra=kube_env(apiserver, tmp_path, GANGPREEMPT_RELIST_INTERVAL="1.5"))
+    services.wait_started()
+    for _ in range(100):
+        if await last_on("ml/before") == "ObjectDeleted":
+            break
+        await asyncio.sleep(0.1)
+    assert await last_on("ml/before") == "ObjectDeleted"
+    await ghost("lost")
+    assert await last_on("ml/lost") == "ObjectUpserted"
+    for _ in range(100):
+        if await last_on("ml/lost") == "ObjectDeleted":
+            break
+        await asyncio.sleep(0.1)
+    assert await last_on("ml/lost") == "ObjectDeleted"
+    assert await last_on("ml/scavenger-0") == "ObjectUpserted"  # the cluster's pods stay
