@@ -7,6 +7,10 @@ while anything changes: the whole cluster is decoded again), and how long the ev
 is held during such a decode: run on the loop itself (the first version) and in a
 thread (``KubeSource.decode``, as built), measured as the longest gap of a 5 ms ticker.
 
+And the publish of a whole state (the first publish, and every periodic republish) to
+a real nats-server with ``sync_interval: always``: objects per second with the acks
+awaited a window at a time (as built) and one by one (the first version).
+
 Prints a table and writes ``bench/results/ingest.json``. Nothing here is asserted.
 """
 
@@ -16,6 +20,7 @@ import argparse
 import asyncio
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -23,10 +28,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
 
+import services.ingest.service as ingest_service
 from bench.stats import environment, write_result
+from gangpreempt.bus import NatsServer, Topology, connected, provision
 from gangpreempt.config import Settings
 from services.ingest.kubernetes import KubeSource
+from services.ingest.service import Ingest
 from services.kube.access import NODES, PODS
+from services.runtime import ServiceContext
 
 PODS_PER_NODE = 20
 
@@ -133,10 +142,38 @@ async def measure(pods: int, rounds: int) -> dict[str, Any]:
     }
 
 
+async def measure_publish(pods: int, work: str) -> dict[str, Any]:
+    """Objects/s publishing a whole state, windowed and one ack at a time."""
+    server = NatsServer(work, sync_always=True).start()
+    out: dict[str, Any] = {"pods": pods}
+    try:
+        for name, window in (("windowed", ingest_service.ACK_WINDOW), ("one_by_one", 0)):
+            topology = Topology(f"b{window}")
+            settings = Settings(source="kubernetes", prefix=topology.prefix)
+            async with connected(server.url, "bench") as nc:
+                await provision(nc.jetstream(), topology)
+                ingest = Ingest(ServiceContext("ingest", settings, nc, asyncio.Event()))
+                upserts, _ = await source_with(pods).decode(everything=True)
+                saved = ingest_service.ACK_WINDOW
+                ingest_service.ACK_WINDOW = window
+                try:
+                    started = time.perf_counter()
+                    await ingest.publish(upserts, [])
+                    took = time.perf_counter() - started
+                finally:
+                    ingest_service.ACK_WINDOW = saved
+            out[f"{name}_objects_per_s"] = round(len(upserts) / took)
+            out[f"{name}_s"] = round(took, 2)
+    finally:
+        server.stop()
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, nargs="+", default=[10_000, 50_000])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--publish", type=int, default=10_000, help="pods (0: skip)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ingest.json"))
     args = parser.parse_args(argv)
     sizes = [asyncio.run(measure(n, args.rounds)) for n in args.pods]
@@ -148,7 +185,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"{s['pods']:>7} {s['first_decode_s']:>7.2f}s {s['batch_decode_p50_s']:>9.2f}s "
             f"{s['loop_held_on_loop_p50_s']:>18.2f}s {s['loop_held_in_thread_p50_s']:>9.3f}s"
         )
-    result = {"environment": environment(), "sizes": sizes}
+    result: dict[str, Any] = {"environment": environment(), "sizes": sizes}
+    if args.publish:
+        with tempfile.TemporaryDirectory(prefix="gp-bench-") as work:
+            pub = asyncio.run(measure_publish(args.publish, work))
+        print(
+            f"publish {pub['pods']} pods: {pub['windowed_objects_per_s']} objects/s windowed, "
+            f"{pub['one_by_one_objects_per_s']} one by one"
+        )
+        result["publish"] = pub
     write_result(args.out, result)
     return result
 

@@ -35,6 +35,8 @@ from services.runtime import ServiceContext, sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.ingest")
 
+ACK_WINDOW = 500  # state messages in flight before their acks are awaited
+
 
 class Ingest:
     def __init__(self, ctx: ServiceContext) -> None:
@@ -76,14 +78,28 @@ class Ingest:
         await self.publish(*changes)
 
     async def publish(self, upserts: list[Any], deletes: list[tuple[str, str]]) -> None:
+        """Upserts then deletions, in this order on the stream. Without the sim they are
+        sent back to back with their acks awaited together, a window at a time (a full
+        republish of a large cluster is tens of thousands of messages)."""
+        acks: list[asyncio.Future[Any]] = []
         for obj in upserts:
-            await self.put(obj)
+            await self.put(obj, acks)
+            await self._settle(acks, ACK_WINDOW)
         for kind, key in deletes:
-            await self.remove(kind, key)
+            await self.remove(kind, key, acks)
+            await self._settle(acks, ACK_WINDOW)
+        await self._settle(acks, 0)
         if upserts or deletes:
             log.info("state published", upserted=len(upserts), deleted=len(deletes))
 
-    async def put(self, obj: Any) -> None:
+    async def _settle(self, acks: list[asyncio.Future[Any]], window: int) -> None:
+        """Await the acks once more than ``window`` are outstanding."""
+        if len(acks) > window:
+            timeout = self.ctx.publisher.ack_timeout + len(acks) * 0.01
+            await asyncio.wait_for(asyncio.gather(*acks), timeout)
+            acks.clear()
+
+    async def put(self, obj: Any, acks: list[asyncio.Future[Any]]) -> None:
         if self.sim is not None:
             await self.sim.upsert(obj)
             return
@@ -92,30 +108,28 @@ class Ingest:
             obj = msgspec.structs.replace(obj, resource_version=version)
         kind, key = kinds.kind_of(obj), kinds.key_of(obj)
         body = kinds.encode_object(obj)
-        await self.ctx.publisher.publish(
-            events.ObjectUpserted(
-                id=f"{kind}/{key}@{version}",
-                occurred_at=self.ctx.now(),
-                kind=kind,
-                key=key,
-                uid=getattr(obj, "uid", ""),
-                resource_version=getattr(obj, "resource_version", ""),
-                body=body,
-            )
+        event = events.ObjectUpserted(
+            id=f"{kind}/{key}@{version}",
+            occurred_at=self.ctx.now(),
+            kind=kind,
+            key=key,
+            uid=getattr(obj, "uid", ""),
+            resource_version=getattr(obj, "resource_version", ""),
+            body=body,
         )
+        acks.append(await self.ctx.publisher.send(event))
 
-    async def remove(self, kind: str, key: str) -> None:
+    async def remove(self, kind: str, key: str, acks: list[asyncio.Future[Any]]) -> None:
         if self.sim is not None:
             await self.sim.delete(kind, key)
             return
-        await self.ctx.publisher.publish(
-            events.ObjectDeleted(
-                id=f"{kind}/{key}@{self.epoch}-{next(self.versions)}-deleted",
-                occurred_at=self.ctx.now(),
-                kind=kind,
-                key=key,
-            )
+        event = events.ObjectDeleted(
+            id=f"{kind}/{key}@{self.epoch}-{next(self.versions)}-deleted",
+            occurred_at=self.ctx.now(),
+            kind=kind,
+            key=key,
         )
+        acks.append(await self.ctx.publisher.send(event))
 
     async def watch(self) -> None:
         while not await sleep_or_stop(self.ctx.stop, self.ctx.settings.poll_interval):
