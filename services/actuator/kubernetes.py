@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gangpreempt.errors import Transient
-from gangpreempt.manifests.loading import load_objects
+from gangpreempt.manifests.objects import load_objects
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning.barrier import LiveObject, live_pods, live_workload
 from gangpreempt.replica import StateReplica

@@ -20,7 +20,7 @@ import structlog
 
 from gangpreempt.config import Settings
 from gangpreempt.errors import Transient
-from gangpreempt.manifests.loading import load_objects
+from gangpreempt.manifests.objects import ObjectCache
 from gangpreempt.waiting import sleep_or_stop
 from services.ingest.sources import Differ
 from services.kube.access import WATCHED
@@ -49,6 +49,7 @@ class KubeSource:
         self.on_stream = on_stream
         self.store = ObjectStore()
         self.differ = Differ()
+        self.cache = ObjectCache(ORIGIN)  # an object is decoded again only when it changed
         self.rejected: set[str] = set()
         self.served: Served = {}
         self.published = asyncio.Event()  # the first full state is out
@@ -75,7 +76,7 @@ class KubeSource:
         return False
 
     def _decode(self, objects: list[Any], everything: bool) -> tuple[list[Any], list[Key]]:
-        loaded = load_objects(ORIGIN, objects)
+        loaded = self.cache.load(objects)
         rejected = set(loaded.rejected)
         for error in sorted(rejected - self.rejected):
             log.error("object rejected; left out of the state", error=error)

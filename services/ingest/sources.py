@@ -86,6 +86,9 @@ class Differ:
 
     def __init__(self) -> None:
         self._bodies: dict[tuple[str, str], bytes] = {}
+        # The objects last shown: the same (frozen) object again is unchanged, not
+        # encoded again (the kubernetes source's cache hands back the same objects).
+        self._objects: dict[tuple[str, str], Any] = {}
 
     def keys(self) -> set[tuple[str, str]]:
         """(kind, key) of every object of the last state shown."""
@@ -95,15 +98,23 @@ class Differ:
         self, state: ClusterState, everything: bool = False
     ) -> tuple[list[Any], list[tuple[str, str]]]:
         bodies: dict[tuple[str, str], bytes] = {}
+        objects: dict[tuple[str, str], Any] = {}
         upserts = []
         for obj in kinds.objects(state):
             k = (kinds.kind_of(obj), kinds.key_of(obj))
+            objects[k] = obj
+            if self._objects.get(k) is obj:
+                bodies[k] = self._bodies[k]
+                if everything:
+                    upserts.append(obj)
+                continue
             body = kinds.encode_object(obj)
             bodies[k] = body
             if everything or self._bodies.get(k) != body:
                 upserts.append(obj)
         deletes = [k for k in self._bodies if k not in bodies]
         self._bodies = bodies
+        self._objects = objects
         # Queues and flavors first, then workloads holding quota, then pending ones: a
         # reader that sees only part of the change never sees a pending workload without
         # the usage it competes with.

@@ -58,8 +58,13 @@ class ObjectStore:
         if self.objects.get(resource, {}).pop(_key(obj), None) is not None:
             self.changed.set()
 
-    def all_objects(self) -> list[JSON]:
-        return [obj for items in self.objects.values() for obj in items.values()]
+    def all_objects(self) -> list[tuple[tuple[Resource, str, str], str, JSON]]:
+        """Every object, as ((resource, namespace, name), resourceVersion, object)."""
+        return [
+            ((resource, *key), _rv(obj), obj)
+            for resource, items in self.objects.items()
+            for key, obj in items.items()
+        ]
 
 
 def _trimmed(obj: JSON) -> JSON:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gangpreempt.manifests.loading import load_objects
+from gangpreempt.manifests.objects import load_objects
 from gangpreempt.model.cluster import ClusterState
 from services import simwire
 from tests.kube.apiserver import ApiServer

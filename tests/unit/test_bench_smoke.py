@@ -71,4 +71,5 @@ def test_ingest_bench_runs_and_writes_results(tmp_path: Path) -> None:
     assert size["pods"] == 200
     assert size["nodes"] == 10
     assert size["objects_published_first"] == 210
-    assert size["batch_decode_p50_s"] >= 0
+    assert size["batch_whole_decode_p50_s"] >= 0
+    assert size["objects_decoded_per_batch"] == 1  # one pod changed: one decoded again

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -62,15 +62,8 @@ class _Reader:
             )
         return Loaded(self.state, self.warnings)
 
-    def read_objects(self, origin: str, objects: Iterable[Mapping[str, Any]]) -> Loaded:
-        """Objects as the API server serves them (one mapping each). An invalid object
-        is left out and reported; the others are read."""
-        rejected: list[str] = []
-        for obj in objects:
-            try:
-                self._object(obj, Where(origin, None), None, "")
-            except ManifestError as exc:
-                rejected.append(str(exc))
+    def finish_objects(self, origin: str, rejected: list[str]) -> Loaded:
+        """The state of API objects read one by one (see ``manifests.objects``)."""
         self._join_gangs()
         skipped = sorted(f"{kind} ({api_version})" for api_version, kind in self._skipped)
         if skipped:
@@ -252,9 +245,9 @@ class _Reader:
 
     def _put(self, table: dict[str, Any], key: str, value: Any, where: Where) -> None:
         if key in table:
+            place = f"document {where.document} ({where.obj})" if where.document else where.obj
             self.warnings.append(
-                f"{where.file}: document {where.document} ({where.obj}): "
-                "defined more than once; the last definition wins"
+                f"{where.file}: {place}: defined more than once; the last definition wins"
             )
         table[key] = value
 
@@ -294,11 +287,4 @@ def reads(api_version: str, kind: str) -> bool:
     return False
 
 
-def load_objects(origin: str, objects: Iterable[Mapping[str, Any]]) -> Loaded:
-    """Read API objects (mappings, as JSON decodes them) into a ``ClusterState``, the
-    same way as manifests. ``origin`` names where they came from in errors. An invalid
-    object does not stop the others: its error is in ``Loaded.rejected``."""
-    return _Reader().read_objects(origin, objects)
-
-
-__all__ = ["Loaded", "load", "load_objects", "reads"]
+__all__ = ["Loaded", "load", "reads"]

@@ -8,6 +8,7 @@ number, then stored in the unit Kueue accounts in: milli-units for ``cpu``, whol
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from fractions import Fraction
@@ -77,10 +78,19 @@ def to_amount(resource: str, text: object) -> int:
     """The integer Kueue accounts for ``text`` of ``resource`` (milli for cpu, else units)."""
     if isinstance(text, int) and not isinstance(text, bool):
         return text * 1000 if resource in MILLI_RESOURCES else text
+    if isinstance(text, str):
+        return _text_amount(resource in MILLI_RESOURCES, text)
     exact = parse_exact(text)
     if resource in MILLI_RESOURCES:
         exact *= 1000
     return _ceil(exact)
+
+
+@functools.lru_cache(maxsize=4096)
+def _text_amount(milli: bool, text: str) -> int:
+    """A cluster spells few distinct quantities ("2", "4Gi", ...) many times over."""
+    exact = parse_exact(text)
+    return _ceil(exact * 1000 if milli else exact)
 
 
 def format_amount(resource: str, amount: int) -> str:
