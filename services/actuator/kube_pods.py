@@ -11,8 +11,10 @@ not half-evicted when one of its pods turns out replaced."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
+from gangpreempt.errors import Fenced
 from gangpreempt.model.pods import SOFT_EVICTION_LABEL
 from services import simwire
 from services.kube.access import JOBS, POD_EVICTIONS, POD_STATUS, PODS
@@ -56,10 +58,17 @@ def _job_controller(pod: JSON) -> dict[str, Any] | None:
 
 
 class PodEvictor:
-    def __init__(self, api: KubeApi, recorder: Recorder, mode: str) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        recorder: Recorder,
+        mode: str,
+        fenced: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.api = api
         self.recorder = recorder
         self.mode = mode  # GANGPREEMPT_POD_EVICTION: delete | eviction | soft-eviction
+        self.fenced = fenced
 
     async def evict(self, request: simwire.EvictRequest) -> bool:
         """True if anything was written, False if it was all done already. One retry
@@ -183,6 +192,8 @@ class PodEvictor:
 
     async def evict_pod(self, request: simwire.EvictRequest, mode: str, key: str, uid: str) -> bool:
         """One attempt (re-read, check, write) for one pod."""
+        if self.fenced():  # the lease went while a gang's pods were being written
+            raise Fenced(f"Pod {key} not written: the lease is lost")
         obj = await self.get_pod(key)
         if obj is None:
             return False  # gone already

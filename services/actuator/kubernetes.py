@@ -10,9 +10,9 @@ An Event on each victim and one on the preemptor name the plan.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from gangpreempt.errors import Transient
+from gangpreempt.errors import Fenced, Transient
 from gangpreempt.manifests.objects import load_objects
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning.barrier import LiveObject, live_pods, live_workload
@@ -26,6 +26,7 @@ from services.kube.discovery import discover
 from services.kube.recording import Recorder
 from services.kube.writing import Stale, retrying
 
+FENCED = "fenced: this actuator lost its lease; another one acts now"
 FEW_PODS = 8  # up to this many pods in a namespace are read one by one, more are listed
 
 
@@ -39,18 +40,30 @@ class KubeSink:
     name = "kubernetes"
 
     def __init__(
-        self, api: KubeApi, replica: StateReplica, pod_eviction: str, kueue_version: str | None
+        self,
+        api: KubeApi,
+        replica: StateReplica,
+        pod_eviction: str,
+        kueue_version: str | None,
+        fenced: Callable[[], bool] = lambda: False,
     ) -> None:
         self.api = api
         self.replica = replica
         self.kueue_version = kueue_version
+        self.fenced = fenced  # true once this actuator lost its lease: write nothing more
         self.recorder = Recorder(api)
-        self.pods = PodEvictor(api, self.recorder, pod_eviction)
+        self.pods = PodEvictor(api, self.recorder, pod_eviction, fenced)
 
     @classmethod
-    async def create(cls, api: KubeApi, replica: StateReplica, pod_eviction: str) -> KubeSink:
+    async def create(
+        cls,
+        api: KubeApi,
+        replica: StateReplica,
+        pod_eviction: str,
+        fenced: Callable[[], bool] = lambda: False,
+    ) -> KubeSink:
         served = await discover(api, (KUEUE_WORKLOADS,))
-        return cls(api, replica, pod_eviction, served.get(KUEUE_WORKLOADS))
+        return cls(api, replica, pod_eviction, served.get(KUEUE_WORKLOADS), fenced)
 
     @property
     def state(self) -> ClusterState:
@@ -116,6 +129,8 @@ class KubeSink:
 
     # -- actuation ----------------------------------------------------------------------------
     async def evict(self, request: simwire.EvictRequest) -> simwire.EvictReply:
+        if self.fenced():
+            return simwire.EvictReply(ok=False, detail=FENCED)
         try:
             if request.mode == "kueue":
                 applied = await retrying(
@@ -128,6 +143,8 @@ class KubeSink:
                 applied = await self.pods.evict(request)
         except Stale as exc:
             return simwire.EvictReply(ok=False, detail=f"stale: {exc}")
+        except Fenced:
+            return simwire.EvictReply(ok=False, detail=FENCED)
         except (ApiError, Transient) as exc:
             return simwire.EvictReply(ok=False, detail=f"{request.ref}: {exc}")
         await self._preemptor_event(request)

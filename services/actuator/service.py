@@ -124,6 +124,10 @@ class Actuator:
                 task.add_done_callback(self.finished)
             return HOLD
 
+    def fenced(self) -> bool:
+        """This actuator lost its lease: another one may be acting, write nothing more."""
+        return self.lease is not None and self.lease.lost.is_set()
+
     def finished(self, task: asyncio.Task[None]) -> None:
         self.running.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -289,7 +293,9 @@ class Actuator:
             await self._run()
             return
         async with KubeApi.connect(self.ctx.settings, "actuator") as api:
-            self.sink = await KubeSink.create(api, self.replica, self.ctx.settings.pod_eviction)
+            self.sink = await KubeSink.create(
+                api, self.replica, self.ctx.settings.pod_eviction, self.fenced
+            )
             await self._run()
 
     async def _run(self) -> None:

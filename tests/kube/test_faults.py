@@ -9,10 +9,12 @@ import pytest
 
 from gangpreempt.config import Settings
 from gangpreempt.errors import Transient
+from services.actuator.kubernetes import KubeSink
 from services.ingest.kubernetes import KubeSource
+from services.kube.client import KubeApi
 from tests.kube.apiserver import ApiServer
 from tests.kube.objects import job, node, pdb, pod, pod_group
-from tests.kube.sinking import job_with_pods, request, uid_of
+from tests.kube.sinking import Replica, job_with_pods, request, uid_of
 
 pytestmark = pytest.mark.kube
 
@@ -172,3 +174,32 @@ async def test_a_gang_with_a_replaced_pod_is_not_half_evicted(apiserver: ApiServ
     assert not reply.ok
     assert reply.detail.startswith("stale")
     assert [r for r in apiserver.requests if r[0] in ("DELETE", "PATCH")] == []
+
+
+async def test_a_fenced_actuator_writes_nothing_more(apiserver: ApiServer, tmp_path) -> None:
+    """Once the actuator's lease is lost (another actuator may be acting), the sink
+    refuses new victims and stops between the pods of a gang."""
+    apiserver.put(node("n1"))
+    for i in range(3):
+        apiserver.put(pod(f"g-{i}", "n1", **{"scheduling.x-k8s.io/pod-group": "g"}))
+    apiserver.put(pod_group("g", 3))
+    apiserver.put(pod("lone", "n1"))
+    replica = Replica(apiserver)
+    replica.refresh()
+    lost = asyncio.Event()
+    config = apiserver.kubeconfig(str(tmp_path / "kubeconfig"))
+    async with KubeApi.connect(Settings(kubeconfig=config), "actuator") as api:
+        s = await KubeSink.create(api, replica, "delete", fenced=lost.is_set)  # type: ignore[arg-type]
+        pods = tuple(f"Pod/team-a/g-{i}" for i in range(3))
+        uids = tuple(uid_of(apiserver, "", "pods", "team-a", f"g-{i}") for i in range(3))
+        apiserver.before.append(("DELETE", "/pods/g-0", lost.set))  # lost during the gang
+        reply = await s.evict(request("PodGroup/team-a/g", pods=pods, pod_uids=uids))
+        assert not reply.ok
+        assert reply.detail.startswith("fenced")
+        deleted = [p.rsplit("/", 1)[1] for m, p, _ in apiserver.requests if m == "DELETE"]
+        assert deleted == ["g-0"]
+        lone_uid = uid_of(apiserver, "", "pods", "team-a", "lone")
+        apiserver.requests.clear()
+        again = await s.evict(request("Pod/team-a/lone", lone_uid))
+        assert not again.ok
+        assert apiserver.requests == []  # not even a read
