@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 from nats.aio.client import Client
 
-from gangpreempt.bus import Consumer, Publisher, Topology, connected, provision
+from gangpreempt.bus import Consumer, Publisher, Topology, connected_with, provision_with
 from gangpreempt.bus.consuming import Handler
 from gangpreempt.bus.permissions import inbox_prefix
 from gangpreempt.config import Settings
@@ -92,22 +92,13 @@ async def _run_service(service: str, settings: Settings, main: Main) -> None:
     try:
         async with (
             health_endpoint(settings.health_port, is_ready),
-            connected(
-                settings.nats_url,
-                f"gangpreempt-{service}",
-                user=settings.nats_user,
-                password=settings.nats_password,
-                inbox_prefix=inbox_prefix(service),
+            connected_with(
+                settings, f"gangpreempt-{service}", inbox_prefix=inbox_prefix(service)
             ) as nc,
         ):
             ctx = ServiceContext(service, settings, nc, stop)
             if settings.provision:
-                await provision(
-                    ctx.js,
-                    ctx.topology,
-                    lease_ttl=settings.lease_ttl,
-                    replicas=settings.stream_replicas,
-                )
+                await provision_with(ctx.js, settings)
             log.info("started", prefix=settings.prefix, nats=settings.nats_url)
             ready.append(ctx)
             await main(ctx)

@@ -76,9 +76,9 @@ class PodEvictor:
         pods = victim_pods(request)
         mode = request.mode or self.mode
         deadline = time.monotonic() + RETRY_FOR
-        await retrying(request.ref, lambda: self.check_pods(pods), deadline=deadline)
+        live = await retrying(request.ref, lambda: self.check_pods(pods), deadline=deadline)
         if mode == "delete":
-            job = await retrying(request.ref, lambda: self.whole_job(pods), deadline=deadline)
+            job = await retrying(request.ref, lambda: self.whole_job(pods, live), deadline=deadline)
             if job is not None:
                 suspended = await retrying(
                     f"Job {job[0]}", lambda: self.suspend_job(request, job), deadline=deadline
@@ -95,12 +95,15 @@ class PodEvictor:
             applied |= await retrying(f"Pod {key}", attempt, deadline=deadline)
         return applied
 
-    async def check_pods(self, pods: list[PodRef]) -> None:
-        """Raise ``Stale`` if any pod that still exists is not the one the plan chose."""
+    async def check_pods(self, pods: list[PodRef]) -> dict[str, JSON | None]:
+        """Each pod as it is now (None: gone); raise ``Stale`` if any pod that still
+        exists is not the one the plan chose."""
+        live: dict[str, JSON | None] = {}
         for key, uid in pods:
-            obj = await self.get_pod(key)
+            obj = live[key] = await self.get_pod(key)
             if obj is not None:
                 check_uid(f"Pod {key}", obj, uid)
+        return live
 
     async def get_pod(self, key: str) -> JSON | None:
         namespace, _, name = key.partition("/")
@@ -111,12 +114,12 @@ class PodEvictor:
                 return None
             raise
 
-    async def whole_job(self, pods: list[PodRef]) -> JobRef | None:
+    async def whole_job(self, pods: list[PodRef], live: dict[str, JSON | None]) -> JobRef | None:
         """(``ns/name``, uid) of the batch/v1 Job whose running pods are exactly the
-        victim's, or None."""
+        victim's (``live``: the pods as just read), or None."""
         owners: set[tuple[str, str, str]] = set()
         for key, _ in pods:
-            obj = await self.get_pod(key)
+            obj = live.get(key)
             controller = _job_controller(obj) if obj is not None else None
             if controller is None:
                 return None

@@ -147,6 +147,17 @@ async def wait_for(
         await asyncio.sleep(0.2)
 
 
+def saga_of(evs: list[events.Event], ref: str) -> list[str]:
+    """The event types of ``ref``'s saga (what names it as preemptor or workload), in
+    order, without its Pending decisions."""
+    return [
+        events.event_type(e)
+        for e in evs
+        if getattr(e, "preemptor", getattr(e, "workload", "")) == ref
+        and not isinstance(e, events.Pending)
+    ]
+
+
 def of(evs: list[events.Event], kind: type[events.Event], **match: str) -> list[Any]:
     return [
         e for e in evs if isinstance(e, kind) and all(getattr(e, k) == v for k, v in match.items())

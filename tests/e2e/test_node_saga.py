@@ -11,7 +11,7 @@ from nats.aio.client import Client
 
 from gangpreempt import events
 from gangpreempt.bus import Topology
-from tests.e2e.harness import Services, decisions, of, read_stream, sim_stats, wait_for
+from tests.e2e.harness import Services, decisions, of, read_stream, saga_of, sim_stats, wait_for
 from tests.e2e.scenarios import gpu_cluster, kueue_gpu_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -28,12 +28,7 @@ async def test_gang_preempts_a_whole_gang_then_is_bound(
     gpu_cluster(scenario_dir)
     services.start(extra={"GANGPREEMPT_POD_EVICTION": "soft-eviction"})
     evs = await wait_for(nc, topology, bound, what="the training gang bound to nodes")
-    kinds_seen = [
-        events.event_type(e)
-        for e in evs
-        if getattr(e, "preemptor", getattr(e, "workload", "")) == TRAIN
-        and not isinstance(e, events.Pending)
-    ]
+    kinds_seen = saga_of(evs, TRAIN)
     assert kinds_seen == [
         "PreemptionRequested",
         "PlanProposed",

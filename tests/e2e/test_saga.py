@@ -12,7 +12,7 @@ from nats.aio.client import Client
 
 from gangpreempt import events
 from gangpreempt.bus import Topology
-from tests.e2e.harness import Services, decisions, of, read_stream, sim_stats, wait_for
+from tests.e2e.harness import Services, decisions, of, read_stream, saga_of, sim_stats, wait_for
 from tests.e2e.scenarios import full_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -29,12 +29,7 @@ async def test_happy_path(
     full_cluster(scenario_dir)
     services.start()
     evs = await wait_for(nc, topology, lambda e: admitted(e, GANG), what="the gang admitted")
-    kinds = [
-        events.event_type(e)
-        for e in evs
-        if getattr(e, "preemptor", getattr(e, "workload", "")) == GANG
-        and not isinstance(e, events.Pending)
-    ]
+    kinds = saga_of(evs, GANG)
     assert kinds == [
         "PreemptionRequested",
         "PlanProposed",

@@ -34,6 +34,12 @@ def uid_of(server: ApiServer, group: str, plural: str, ns: str, name: str) -> st
     return str(obj["metadata"]["uid"])
 
 
+def victim_pods(server: ApiServer, *names: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(pod refs, their uids now) of the team-a pods ``names``, as a plan carries them."""
+    refs = tuple(f"Pod/team-a/{n}" for n in names)
+    return refs, tuple(uid_of(server, "", "pods", "team-a", n) for n in names)
+
+
 def request(
     ref: str,
     uid: str = "",

@@ -14,7 +14,7 @@ from services.ingest.kubernetes import KubeSource
 from services.kube.client import KubeApi
 from tests.kube.apiserver import ApiServer
 from tests.kube.objects import job, node, pdb, pod, pod_group
-from tests.kube.sinking import Replica, job_with_pods, request, uid_of
+from tests.kube.sinking import Replica, job_with_pods, request, uid_of, victim_pods
 
 pytestmark = pytest.mark.kube
 
@@ -110,8 +110,7 @@ async def test_a_job_replaced_under_its_name_is_not_suspended(apiserver: ApiServ
     old = job_with_pods(apiserver, 2, **{"scheduling.x-k8s.io/pod-group": "trainer"})
     apiserver.put(pod_group("trainer", 2))
     replica.refresh()
-    pods = ("Pod/team-a/trainer-0", "Pod/team-a/trainer-1")
-    uids = tuple(uid_of(apiserver, "", "pods", "team-a", p.rsplit("/", 1)[1]) for p in pods)
+    pods, uids = victim_pods(apiserver, "trainer-0", "trainer-1")
 
     def replace_job() -> None:  # deleted with --cascade=orphan, then created again
         apiserver.delete_now("batch", "jobs", "team-a", "trainer")
@@ -132,8 +131,7 @@ async def test_orphaned_job_pods_are_evicted_one_by_one(apiserver: ApiServer, si
     job_with_pods(apiserver, 2)
     replica.refresh()
     apiserver.delete_now("batch", "jobs", "team-a", "trainer")  # --cascade=orphan
-    pods = ("Pod/team-a/trainer-0", "Pod/team-a/trainer-1")
-    uids = tuple(uid_of(apiserver, "", "pods", "team-a", p.rsplit("/", 1)[1]) for p in pods)
+    pods, uids = victim_pods(apiserver, "trainer-0", "trainer-1")
     reply = await s.evict(request("PodGroup/team-a/trainer", pods=pods, pod_uids=uids))
     assert reply.ok
     deleted = sorted(p.rsplit("/", 1)[1] for m, p, _ in apiserver.requests if m == "DELETE")
@@ -146,8 +144,7 @@ async def test_eviction_mode_never_suspends_a_job_past_its_pdb(apiserver: ApiSer
     job_with_pods(apiserver, 2, app="train")
     apiserver.put(pdb("protect-training", 0, app="train"))
     replica.refresh()
-    pods = ("Pod/team-a/trainer-0", "Pod/team-a/trainer-1")
-    uids = tuple(uid_of(apiserver, "", "pods", "team-a", p.rsplit("/", 1)[1]) for p in pods)
+    pods, uids = victim_pods(apiserver, "trainer-0", "trainer-1")
     task = asyncio.create_task(
         s.evict(request("PodGroup/team-a/trainer", mode="eviction", pods=pods, pod_uids=uids))
     )
@@ -166,8 +163,7 @@ async def test_a_gang_with_a_replaced_pod_is_not_half_evicted(apiserver: ApiServ
         apiserver.put(pod(f"g-{i}", "n1", **{"scheduling.x-k8s.io/pod-group": "g"}))
     apiserver.put(pod_group("g", 2))
     replica.refresh()
-    pods = ("Pod/team-a/g-0", "Pod/team-a/g-1")
-    uids = tuple(uid_of(apiserver, "", "pods", "team-a", p.rsplit("/", 1)[1]) for p in pods)
+    pods, uids = victim_pods(apiserver, "g-0", "g-1")
     apiserver.delete_now("", "pods", "team-a", "g-1")  # g-1 re-created since the plan
     apiserver.put(pod("g-1", "n1", **{"scheduling.x-k8s.io/pod-group": "g"}))
     reply = await s.evict(request("PodGroup/team-a/g", pods=pods, pod_uids=uids))
@@ -190,8 +186,7 @@ async def test_a_fenced_actuator_writes_nothing_more(apiserver: ApiServer, tmp_p
     config = apiserver.kubeconfig(str(tmp_path / "kubeconfig"))
     async with KubeApi.connect(Settings(kubeconfig=config), "actuator") as api:
         s = await KubeSink.create(api, replica, "delete", fenced=lost.is_set)  # type: ignore[arg-type]
-        pods = tuple(f"Pod/team-a/g-{i}" for i in range(3))
-        uids = tuple(uid_of(apiserver, "", "pods", "team-a", f"g-{i}") for i in range(3))
+        pods, uids = victim_pods(apiserver, "g-0", "g-1", "g-2")
         apiserver.before.append(("DELETE", "/pods/g-0", lost.set))  # lost during the gang
         reply = await s.evict(request("PodGroup/team-a/g", pods=pods, pod_uids=uids))
         assert not reply.ok

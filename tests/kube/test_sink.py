@@ -17,7 +17,15 @@ from services.kube.access import ACCESS
 from services.kube.client import KubeApi
 from tests.kube.apiserver import ApiServer
 from tests.kube.objects import kueue_workload, node, pdb, pod, pod_group, priority_class
-from tests.kube.sinking import Replica, events, job_with_pods, request, uid_of, writes
+from tests.kube.sinking import (
+    Replica,
+    events,
+    job_with_pods,
+    request,
+    uid_of,
+    victim_pods,
+    writes,
+)
 
 pytestmark = pytest.mark.kube
 
@@ -243,8 +251,7 @@ async def test_a_job_whose_pods_are_all_victims_is_suspended(apiserver: ApiServe
     juid = job_with_pods(apiserver, 2, **{"scheduling.x-k8s.io/pod-group": "trainer"})
     apiserver.put(pod_group("trainer", 2))
     replica.refresh()
-    pods = ("Pod/team-a/trainer-0", "Pod/team-a/trainer-1")
-    uids = tuple(uid_of(apiserver, "", "pods", "team-a", p.rsplit("/", 1)[1]) for p in pods)
+    pods, uids = victim_pods(apiserver, "trainer-0", "trainer-1")
     reply = await s.evict(request("PodGroup/team-a/trainer", "", pods=pods, pod_uids=uids))
     assert reply.ok
     assert apiserver.get("batch", "jobs", "team-a", "trainer")["spec"]["suspend"] is True

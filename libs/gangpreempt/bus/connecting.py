@@ -12,6 +12,7 @@ import nats
 import structlog
 from nats.aio.client import Client
 
+from gangpreempt.config import Settings
 from gangpreempt.errors import Transient
 
 log = structlog.get_logger("gangpreempt.bus")
@@ -69,4 +70,17 @@ async def connected(
                 await nc.drain()
 
 
-__all__ = ["connected", "wait_for_port"]
+def connected_with(
+    settings: Settings, name: str, **options: Any
+) -> contextlib.AbstractAsyncContextManager[Client]:
+    """``connected`` to the settings' NATS URL with their credentials."""
+    return connected(
+        settings.nats_url,
+        name,
+        user=settings.nats_user,
+        password=settings.nats_password,
+        **options,
+    )
+
+
+__all__ = ["connected", "connected_with", "wait_for_port"]

@@ -8,6 +8,7 @@ from nats.js.errors import BadRequestError
 from nats.js.kv import KeyValue
 
 from gangpreempt.bus.topology import Topology
+from gangpreempt.config import Settings
 
 DUPLICATE_WINDOW_S = 120.0
 
@@ -64,6 +65,16 @@ async def provision(
     await leases_bucket(js, topology, lease_ttl, replicas)
 
 
+async def provision_with(js: JetStreamContext, settings: Settings) -> None:
+    """``provision`` with the settings' prefix, lease length and stream replicas."""
+    await provision(
+        js,
+        Topology(settings.prefix),
+        lease_ttl=settings.lease_ttl,
+        replicas=settings.stream_replicas,
+    )
+
+
 async def plans_bucket(js: JetStreamContext, topology: Topology, replicas: int = 1) -> KeyValue:
     return await js.create_key_value(
         KeyValueConfig(bucket=topology.plans_bucket, history=4, replicas=replicas)
@@ -81,4 +92,4 @@ async def leases_bucket(
         return await js.key_value(topology.leases_bucket)
 
 
-__all__ = ["DUPLICATE_WINDOW_S", "leases_bucket", "plans_bucket", "provision"]
+__all__ = ["DUPLICATE_WINDOW_S", "leases_bucket", "plans_bucket", "provision", "provision_with"]

@@ -16,7 +16,7 @@ import click
 import nats.errors
 import structlog
 
-from gangpreempt.bus import Topology, connected, provision
+from gangpreempt.bus import connected_with, provision_with
 from gangpreempt.config import Settings, load_settings
 from gangpreempt.errors import InvalidInput, Transient
 from gangpreempt.telemetry import setup_logging
@@ -27,19 +27,8 @@ EXIT_INVALID = 2
 
 
 async def provision_once(settings: Settings) -> None:
-    topology = Topology(settings.prefix)
-    async with connected(
-        settings.nats_url,
-        "gangpreempt-provision",
-        user=settings.nats_user,
-        password=settings.nats_password,
-    ) as nc:
-        await provision(
-            nc.jetstream(),
-            topology,
-            lease_ttl=settings.lease_ttl,
-            replicas=settings.stream_replicas,
-        )
+    async with connected_with(settings, "gangpreempt-provision") as nc:
+        await provision_with(nc.jetstream(), settings)
 
 
 async def run_provision(settings: Settings, timeout: float) -> bool:

@@ -19,7 +19,7 @@ from nats.aio.msg import Msg
 from rich.console import Console
 
 from gangpreempt import events
-from gangpreempt.bus import SERVICES, NatsServer, Topology, connected, follow, provision
+from gangpreempt.bus import SERVICES, NatsServer, Topology, connected_with, follow, provision_with
 from gangpreempt.bus.permissions import ADMIN, server_authorization
 from gangpreempt.config import Settings, env_name
 from gangpreempt.telemetry import setup_logging
@@ -162,16 +162,8 @@ async def _live_view(
     provisioned: asyncio.Event,
 ) -> None:
     topology = Topology(settings.prefix)
-    async with connected(
-        settings.nats_url,
-        "gangpreempt-up",
-        user=settings.nats_user,
-        password=settings.nats_password,
-    ) as nc:
-        js = nc.jetstream()
-        await provision(
-            js, topology, lease_ttl=settings.lease_ttl, replicas=settings.stream_replicas
-        )
+    async with connected_with(settings, "gangpreempt-up") as nc:
+        await provision_with(nc.jetstream(), settings)
         provisioned.set()
 
         async def on_msg(msg: Msg) -> None:
