@@ -19,6 +19,7 @@ import structlog
 from nats.aio.client import Client
 
 from gangpreempt.bus import Consumer, Publisher, Topology, connected_with, provision_with
+from gangpreempt.bus.consumers import consumer_subjects
 from gangpreempt.bus.consuming import Handler
 from gangpreempt.bus.permissions import inbox_prefix
 from gangpreempt.config import Settings
@@ -27,6 +28,14 @@ from gangpreempt.waiting import sleep_or_stop
 from services.health import health_endpoint
 
 log = structlog.get_logger("gangpreempt.service")
+
+
+def fault(point: str) -> None:
+    """Test hook: ``GANGPREEMPT_FAULT=<point>`` kills this process with SIGKILL the first
+    time it reaches ``point`` (the chaos and e2e tests use it to crash mid-saga)."""
+    if os.environ.get("GANGPREEMPT_FAULT") == point:
+        log.warning("fault injected: SIGKILL", point=point)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class ServiceContext:
@@ -46,16 +55,18 @@ class ServiceContext:
     def now() -> datetime:
         return datetime.now(UTC)
 
-    def decisions_consumer(self, subjects: list[str], handler: Handler, **options: Any) -> Consumer:
-        """This service's durable consumer on the decisions stream."""
+    def decisions_consumer(self, handler: Handler, **options: Any) -> Consumer:
+        """This service's durable consumer on the decisions stream (``bus.consumers``:
+        provisioned beforehand, the service only binds to it)."""
         return Consumer(
             self.nc,
             self.topology,
             self.service,
             durable=self.topology.durable(self.service),
             stream=self.topology.decisions_stream,
-            subjects=subjects,
+            subjects=consumer_subjects(self.topology, self.service),
             handler=handler,
+            bind=True,
             **options,
         )
 
@@ -107,4 +118,4 @@ async def _run_service(service: str, settings: Settings, main: Main) -> None:
         log.info("stopped")
 
 
-__all__ = ["Main", "ServiceContext", "run_service", "sleep_or_stop"]
+__all__ = ["Main", "ServiceContext", "fault", "run_service", "sleep_or_stop"]

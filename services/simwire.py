@@ -34,6 +34,7 @@ class EvictReply(msgspec.Struct, frozen=True):
     ok: bool
     applied: bool = False  # False when this plan had already evicted it (idempotent repeat)
     detail: str = ""
+    fenced: bool = False  # refused: the token is not the current lease's
 
 
 class StatsReply(msgspec.Struct, frozen=True):

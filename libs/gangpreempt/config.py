@@ -36,6 +36,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     relist_interval: float = 300.0  # seconds between full relists that republish the state
     sim: bool = True  # ingest keeps a simulated cluster that applies admissions and evictions
     termination_delay: float = 2.0  # seconds a victim keeps its quota after it is actuated
+    # A file where the sim keeps what it must not forget across an ingest restart (start
+    # time, timeline steps fired, evictions); when it exists, ingest rebuilds the sim's
+    # world from STATE instead of publishing the scenario again. None: no journal.
+    sim_journal: str | None = None
     poll_interval: float = 1.0  # seconds between re-reads of the manifests
     # quota
     cycle_delay: float = 0.05  # seconds to gather state changes before an admission cycle
@@ -45,7 +49,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # for an operator that cleans up and deletes it. Kueue Workloads are always evicted.
     # (with the kubernetes sink also: eviction, through the Eviction API, honouring PDBs)
     pod_eviction: str = "delete"  # delete | eviction | soft-eviction
-    plan_timeout: float = 10.0  # seconds a held plan waits for its other half
+    # Seconds a preemption request waits for its proposal (quota then gives it up and
+    # retries), and a confirmed plan for a live read that works (the actuator then drops it).
+    plan_timeout: float = 10.0
     lease_ttl: float = 10.0
 
 

@@ -89,6 +89,15 @@ class PreemptionRequested(Event, frozen=True, kw_only=True, tag=True):
     state_seq: int = 0  # the STATE stream sequence the quota ledger was at
 
 
+class RequestExpired(Event, frozen=True, kw_only=True, tag=True):
+    """quota gave up a preemption request (no answer in time, or its preemptor was
+    admitted or went away first); a later attempt gets a new request."""
+
+    request_id: str
+    workload: str
+    reason: str
+
+
 class PlanConfirmed(Event, frozen=True, kw_only=True, tag=True):
     plan_id: str
     preemptor: str
@@ -171,6 +180,7 @@ AnyEvent = (
     | Admitted
     | Pending
     | PreemptionRequested
+    | RequestExpired
     | PlanConfirmed
     | PlanRejected
     | PlanProposed
@@ -221,6 +231,7 @@ __all__ = [
     "PodSetAdmission",
     "PreemptionInfeasible",
     "PreemptionRequested",
+    "RequestExpired",
     "VictimActuated",
     "decode",
     "encode",

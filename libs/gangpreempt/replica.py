@@ -1,5 +1,8 @@
 """A service's own copy of the cluster state, rebuilt from the STATE stream (the last
-message of every subject) and kept current by an ordered consumer."""
+message of every subject) and kept current by a ``Follower`` (which survives NATS
+restarts). A state event that does not decode, is not a state event, or carries an
+object that fails validation (a negative count or quantity, a priority outside int32)
+is dead-lettered with the reason and not applied."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from nats.js.api import DeliverPolicy
 
 from gangpreempt import events
 from gangpreempt.bus.consuming import DeadLetters, describe_undecodable
-from gangpreempt.bus.following import follow
+from gangpreempt.bus.following import Follower
 from gangpreempt.bus.topology import Topology
 from gangpreempt.errors import Transient
 from gangpreempt.model import kinds
@@ -35,27 +38,39 @@ class StateReplica:
         self._listeners: list[Callable[[str, Any, Any], None]] = []
         self.dead_letters = DeadLetters(nc, topology, service)
         self._pending_dlq: set[asyncio.Task[None]] = set()
+        self.follower = Follower(
+            nc,
+            topology.state_stream,
+            topology.state_wildcard,
+            self._on_msg,
+            DeliverPolicy.LAST_PER_SUBJECT,
+        )
 
     def on_change(self, listener: Callable[[str, Any, Any], None]) -> None:
         """``listener(kind, old, new)`` after each applied change (None for absent)."""
         self._listeners.append(listener)
 
     async def start(self) -> None:
-        await follow(
-            self.nc,
-            self.topology.state_wildcard,
-            self.topology.state_stream,
-            self._on_msg,
-            DeliverPolicy.LAST_PER_SUBJECT,
-        )
+        await self.follower.start()
+
+    async def stop(self) -> None:
+        await self.follower.stop()
 
     async def _on_msg(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
         change: tuple[str, Any, Any] | None = None
         try:
             event = events.decode(msg.data)
+            if msg.subject != self.topology.subject_of(event):
+                raise msgspec.ValidationError(
+                    f"{events.event_type(event)} {event.id} does not belong on {msg.subject}"
+                )
             if isinstance(event, events.ObjectUpserted):
                 new = kinds.decode_object(event.kind, event.body)
+                if kinds.key_of(new) != event.key:
+                    raise msgspec.ValidationError(
+                        f"{event.kind} {event.key}: its body is {kinds.key_of(new)}"
+                    )
                 old = kinds.get(self.state, event.kind, kinds.key_of(new))
                 kinds.put(self.state, new)
                 change = (event.kind, old, new)

@@ -130,7 +130,7 @@ class KubeSink:
     # -- actuation ----------------------------------------------------------------------------
     async def evict(self, request: simwire.EvictRequest) -> simwire.EvictReply:
         if self.fenced():
-            return simwire.EvictReply(ok=False, detail=FENCED)
+            return simwire.EvictReply(ok=False, detail=FENCED, fenced=True)
         try:
             if request.mode == "kueue":
                 applied = await retrying(
@@ -144,7 +144,7 @@ class KubeSink:
         except Stale as exc:
             return simwire.EvictReply(ok=False, detail=f"stale: {exc}")
         except Fenced:
-            return simwire.EvictReply(ok=False, detail=FENCED)
+            return simwire.EvictReply(ok=False, detail=FENCED, fenced=True)
         except (ApiError, Transient) as exc:
             return simwire.EvictReply(ok=False, detail=f"{request.ref}: {exc}")
         await self._preemptor_event(request)

@@ -21,12 +21,14 @@ import structlog
 from nats.aio.msg import Msg
 
 from gangpreempt import events
+from gangpreempt.bus import leases_bucket
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model import kinds
 from gangpreempt.model.workloads import Workload
 from gangpreempt.replica import StateReplica
 from services import simwire
+from services.ingest.journal import Journal
 from services.ingest.kubernetes import KubeSource
 from services.ingest.sim import SimCluster, split_ref
 from services.ingest.sources import ManifestSource
@@ -53,8 +55,9 @@ class Ingest:
                 "(or GANGPREEMPT_SOURCE=kubernetes)"
             )
         self.scenario = ctx.settings.scenario or ""
+        self.journal = Journal(ctx.settings.sim_journal) if ctx.settings.sim_journal else None
         self.sim = (
-            SimCluster(ctx.publisher, ctx.settings.termination_delay)
+            SimCluster(ctx.publisher, ctx.settings.termination_delay, journal=self.journal)
             if ctx.settings.sim and self.kube is None
             else None
         )
@@ -68,7 +71,7 @@ class Ingest:
         # API server, so a re-created object is never mistaken for its predecessor.
         self.epoch = f"m{int(time.time() * 1000)}"
         self.versions = itertools.count(1)
-        self.consumer = ctx.decisions_consumer(ctx.topology.decision_subjects, self.on_event)
+        self.consumer = ctx.decisions_consumer(self.on_event)
 
     # -- source --------------------------------------------------------------------------
     async def publish_changes(self, force: bool = False) -> None:
@@ -144,8 +147,15 @@ class Ingest:
         preemptor = getattr(event, "preemptor", None) or getattr(event, "workload", None)
         for i, step in enumerate(self.steps):
             if i not in self.fired and matches(step, events.event_type(event), preemptor):
-                self.fired.add(i)
-                await self.play(step)
+                await self.fire(i)
+        await self.sim.flush()  # acknowledged once what it changed is stored
+
+    async def fire(self, i: int) -> None:
+        """Play step ``i`` once; the journal remembers it across a restart."""
+        self.fired.add(i)
+        await self.play(self.steps[i])
+        if self.journal is not None:
+            self.journal.write(fired=i)
 
     # -- timeline ------------------------------------------------------------------------
     def triggers_pending(self) -> bool:
@@ -171,8 +181,8 @@ class Ingest:
             delay = self.started + at - time.monotonic()
             if delay > 0 and await sleep_or_stop(self.ctx.stop, delay):
                 return
-            self.fired.add(i)
-            await self.play(self.steps[i])
+            if i not in self.fired:
+                await self.fire(i)
 
     # -- requests from the actuator's sim sink ---------------------------------------------
     async def serve_requests(self) -> None:
@@ -211,14 +221,42 @@ class Ingest:
         await self.replica.caught_up()
         return {(kinds.kind_of(o), kinds.key_of(o)) for o in kinds.objects(self.replica.state)}
 
+    async def start_sim(self, sim: SimCluster) -> None:
+        """Publish the scenario, or take up the world a previous run left (journal)."""
+        ctx = self.ctx
+        sim.leases = (
+            await leases_bucket(
+                ctx.js, ctx.topology, ctx.settings.lease_ttl, ctx.settings.stream_replicas
+            )
+            if ctx.settings.provision
+            else await ctx.js.key_value(ctx.topology.leases_bucket)
+        )
+        if self.journal is not None and self.journal.exists():
+            lines = self.journal.lines()
+            start = next((line.start for line in lines if line.start is not None), time.time())
+            self.started = time.monotonic() - (time.time() - start)
+            self.fired = {line.fired for line in lines if line.fired is not None}
+            replica = StateReplica(ctx.nc, ctx.topology, "ingest")
+            await replica.start()
+            last = await replica.caught_up(timeout=30)
+            await replica.stop()
+            await sim.restore(replica.state, last)
+            self.source.changes(force=True)  # the files as they are now: the baseline
+            return
+        if self.journal is not None:
+            self.journal.write(start=time.time())
+        await self.publish_changes(force=True)
+        await sim.flush()  # the starting state is on the bus before anything else
+
     async def run(self) -> None:
         if self.kube is not None:
             await self.replica.start()
             await self.kube.run(self.ctx.stop, self.publish)
             return
-        await self.publish_changes(force=True)
         if self.sim is not None:
-            await self.sim.flush()  # the starting state is on the bus before anything else
+            await self.start_sim(self.sim)
+        else:
+            await self.publish_changes(force=True)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.watch())
             if self.sim is not None:

@@ -7,22 +7,30 @@ terminating pod keeps its node) and releases its quota ``termination_delay`` sec
 later, when the workload goes back to pending. Victim pods are marked terminating (or
 labelled for soft eviction, which the sim's stand-in operator then deletes) and are
 gone ``termination_delay`` seconds later. Every change gets a new resourceVersion
-and is published to STATE. Evictions carry preconditions (uid) and a fencing token; a
-token lower than one already seen is refused.
+and is published to STATE. Evictions carry preconditions (uid) and a fencing token: the
+sim reads the actuator's lease itself and refuses a token that is not the current
+holder's (and one lower than any it has seen).
+
+An eviction is written to the journal (``services.ingest.journal``) before it is applied
+and answered only once its STATE change is stored, as an API server answers once etcd
+has the write; a restarted sim rebuilds its world from STATE and the journal.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 import structlog
+from nats.js.kv import KeyValue
 
 from gangpreempt import events
 from gangpreempt.bus import Publisher
+from gangpreempt.bus.leasing import current_token
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import SOFT_EVICTION_LABEL, Pod
@@ -38,6 +46,7 @@ from gangpreempt.model.workloads import (
     Workload,
 )
 from gangpreempt.planning.barrier import LiveObject, live_object
+from services.ingest.journal import EvictionEntry, Journal
 from services.simwire import EvictReply, EvictRequest, StatsReply
 
 log = structlog.get_logger("gangpreempt.sim")
@@ -52,14 +61,27 @@ def split_ref(ref: str) -> tuple[str, str]:
     return kind, key
 
 
+LEASE_KEY = "actuator"
+
+
 class SimCluster:
-    def __init__(self, publisher: Publisher, termination_delay: float) -> None:
+    def __init__(
+        self,
+        publisher: Publisher,
+        termination_delay: float,
+        leases: KeyValue | None = None,
+        journal: Journal | None = None,
+    ) -> None:
         self.publisher = publisher
         self.termination_delay = termination_delay
+        self.leases = leases  # the actuator's lease, checked on every eviction
+        self.journal = journal
         self.world = ClusterState()
         self.rv = 0
         self.evictions: dict[str, int] = {}
-        self.evicted_by: dict[str, str] = {}  # workload key -> plan that evicted it
+        # victim (workload key, or the ref of a node-level unit) -> the plan that evicted
+        # it: a repeat by that plan is answered "already evicted", even once it is gone
+        self.evicted_by: dict[str, str] = {}
         self.max_token = 0
         self.soft_evicted: list[str] = []
         self._timers: set[asyncio.Task[None]] = set()
@@ -189,12 +211,55 @@ class SimCluster:
         await self.upsert(msgspec.structs.replace(wl, admission=admission, conditions=conditions))
         log.info("admitted", workload=ev.workload, cluster_queue=ev.cluster_queue)
 
-    async def evict(self, req: EvictRequest) -> EvictReply:
+    async def fence(self, req: EvictRequest) -> EvictReply | None:
+        """A refusal when the request's token is not the current lease holder's."""
+        lease_token = req.fencing_token
+        if self.leases is not None:
+            try:
+                lease_token = await current_token(self.leases, LEASE_KEY) or 0
+            except Exception as exc:
+                return EvictReply(
+                    ok=False, fenced=True, detail=f"fenced: lease unreadable: {exc!r}"
+                )
+        if req.fencing_token != lease_token:
+            return EvictReply(
+                ok=False,
+                fenced=True,
+                detail=f"fenced: token {req.fencing_token}, the lease's is {lease_token}",
+            )
         if req.fencing_token < self.max_token:
             return EvictReply(
-                ok=False, detail=f"fenced: token {req.fencing_token} < {self.max_token}"
+                ok=False,
+                fenced=True,
+                detail=f"fenced: token {req.fencing_token} < {self.max_token}",
             )
         self.max_token = max(self.max_token, req.fencing_token)
+        return None
+
+    def _journal(self, req: EvictRequest) -> None:
+        if self.journal is not None:
+            self.journal.write(
+                evict=EvictionEntry(
+                    at=time.time(),
+                    plan_id=req.plan_id,
+                    ref=req.ref,
+                    uid=req.uid,
+                    fencing_token=req.fencing_token,
+                    lease_token=self.max_token,
+                    pods=req.pods,
+                    pod_uids=req.pod_uids,
+                )
+            )
+
+    async def evict(self, req: EvictRequest) -> EvictReply:
+        refusal = await self.fence(req)
+        if refusal is not None:
+            return refusal
+        reply = await self._evict(req)
+        await self.flush()  # answered once the change is stored, as an API server does
+        return reply
+
+    async def _evict(self, req: EvictRequest) -> EvictReply:
         if req.pods and not req.ref.startswith("Workload/"):
             return await self.evict_pods(req)
         _kind, key = split_ref(req.ref)
@@ -209,6 +274,7 @@ class SimCluster:
             return EvictReply(ok=True, applied=False, detail="already evicting")
         if not wl.holds_quota:
             return EvictReply(ok=False, detail="not running")
+        self._journal(req)
         now = self.now()
         conditions = with_condition(wl.conditions, Condition(EVICTED, "True", "Preempted", now))
         conditions = with_condition(conditions, Condition(PREEMPTED, "True", req.reason, now))
@@ -226,6 +292,8 @@ class SimCluster:
 
     async def evict_pods(self, req: EvictRequest) -> EvictReply:
         """A node-level victim: every pod of the unit at once (never part of a gang)."""
+        if self.evicted_by.get(req.ref) == req.plan_id:
+            return EvictReply(ok=True, applied=False, detail="already evicted by this plan")
         pods = [self.world.pods.get(ref.removeprefix("Pod/")) for ref in req.pods]
         if any(p is None for p in pods):
             return EvictReply(ok=False, detail="a victim pod no longer exists")
@@ -236,9 +304,9 @@ class SimCluster:
             and pods[0].uid != req.uid
         ):
             return EvictReply(ok=False, detail=f"precondition failed: uid is {pods[0].uid}")
-        if self.evicted_by.get(req.ref) == req.plan_id:
-            return EvictReply(ok=True, applied=False, detail="already evicted by this plan")
         applied = False
+        if any(p is not None and not p.terminating for p in pods):
+            self._journal(req)
         for pod in pods:
             assert pod is not None
             if pod.terminating:
@@ -255,6 +323,49 @@ class SimCluster:
         self.evictions[req.ref] = self.evictions.get(req.ref, 0) + 1
         log.info("evicting pods", victim=req.ref, pods=len(pods), mode=req.mode or "delete")
         return EvictReply(ok=True, applied=applied)
+
+    async def restore(self, world: ClusterState, last_seq: int) -> None:
+        """Take up a world a killed sim left on STATE: versions go on from where they were,
+        evictions the journal has but STATE lost are applied again, and every victim
+        still terminating gets its termination timer back."""
+        self.world = world
+        versions = [
+            int(rv)
+            for o in kinds.objects(world)
+            if (rv := str(getattr(o, "resource_version", ""))).isdigit()
+        ]
+        self.rv = max([last_seq, *versions])
+        for line in self.journal.lines() if self.journal is not None else []:
+            entry = line.evict
+            if entry is None:
+                continue
+            self.evictions[entry.ref] = self.evictions.get(entry.ref, 0) + 1
+            self.max_token = max(self.max_token, entry.fencing_token)
+            kind, key = split_ref(entry.ref)
+            if kind == "Workload" or not entry.pods:
+                self.evicted_by[key] = entry.plan_id
+                wl = self.world.workloads.get(key)
+                if wl is not None and wl.uid == entry.uid and wl.holds_quota and not wl.is_evicting:
+                    now = self.now()
+                    conditions = with_condition(
+                        wl.conditions, Condition(EVICTED, "True", "Preempted", now)
+                    )
+                    await self.upsert(msgspec.structs.replace(wl, conditions=conditions))
+            else:
+                self.evicted_by[entry.ref] = entry.plan_id
+            uids = dict(zip(entry.pods, entry.pod_uids, strict=False))
+            for ref in entry.pods:
+                pod = self.world.pods.get(ref.removeprefix("Pod/"))
+                if pod is not None and not pod.terminating and uids.get(ref, pod.uid) == pod.uid:
+                    await self.upsert(msgspec.structs.replace(pod, terminating=True))
+        for wl in self.world.workloads.values():
+            if wl.is_evicting:
+                self._later(self._terminate_later(wl.key, wl.uid))
+        for pod in self.world.pods.values():
+            if pod.terminating:
+                self._later(self._delete_later(pod.key, pod.uid))
+        await self.flush()
+        log.info("sim restored", objects=len(versions), resource_version=self.rv)
 
     def _later(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
@@ -280,7 +391,6 @@ class SimCluster:
         )
         conditions = with_condition(conditions, Condition(ADMITTED, "False", "NoReservation", now))
         await self.upsert(msgspec.structs.replace(wl, admission=None, conditions=conditions))
-        self.evicted_by.pop(key, None)
         log.info("terminated", workload=f"Workload/{key}")
 
     async def finish(self, ref: str) -> None:

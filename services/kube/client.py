@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -92,6 +92,8 @@ class KubeApi:
     def __init__(self, api: client.ApiClient, service: str) -> None:
         self.api = api
         self.service = service
+        # Awaited before every write (the actuator checks its lease there: ``Fenced``).
+        self.before_write: Callable[[], Awaitable[None]] | None = None
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -170,6 +172,8 @@ class KubeApi:
         content_type: str = "application/json",
     ) -> JSON:
         self._check(resource, verb)
+        if method != "GET" and self.before_write is not None:
+            await self.before_write()
         return await self._exchange(method, path, query=query, body=body, content_type=content_type)
 
     async def raw_get(self, path: str) -> JSON:

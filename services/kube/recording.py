@@ -6,7 +6,7 @@ import os
 
 import structlog
 
-from gangpreempt.errors import Transient
+from gangpreempt.errors import Fenced, Transient
 from services.kube.access import EVENTS
 from services.kube.client import JSON, ApiError, KubeApi, path_of
 from services.kube.writing import event_name, now_rfc3339, retrying
@@ -53,7 +53,7 @@ class Recorder:
         except ApiError as exc:
             if exc.status != 409:
                 log.warning("event not recorded", reason=reason, object=name, error=str(exc))
-        except Transient as exc:
+        except (Transient, Fenced) as exc:
             log.warning("event not recorded", reason=reason, object=name, error=str(exc))
 
 

@@ -2,10 +2,13 @@
 Workloads) decided on nodes, with the same saga as Kueue workloads.
 
 A node-level preemptor is keyed by its ref (``PodGroup/ns/name``) in the quota service's
-flights. While its plan is in flight (confirmed, or its victims terminating), its
-placement keeps its room on the nodes, its victims are promised to it, and no new
-preemption is requested for it (KEP-5710 "no new preemption while one is in flight",
-Koordinator's in-flight cache)."""
+flights. From its confirmation until its pods are bound, its placement keeps its room
+on the nodes, its victims are promised to it, and no new preemption is requested for it
+(KEP-5710 "no new preemption while one is in flight", Koordinator's in-flight cache).
+Once its victims are gone it is admitted first in the next pass, at the room it held,
+and keeps holding that room until kube-scheduler (the sim) has bound its pods: no other
+gang can take the nodes it freed in between.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +18,13 @@ from datetime import datetime
 import msgspec
 
 from gangpreempt import events
+from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod
 from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.nodeconfirm import NodeVictim, node_rejection, victim_rejection
-from gangpreempt.planning.nodeplan import NodePlanner
-from services.quota.flights import ACTUATED, Flights
+from gangpreempt.planning.nodeplan import NodePlanner, Preemptor
+from services.quota.flights import ACTUATED, ADMITTING, Flights
 
 
 class NodePlanHeld(msgspec.Struct, frozen=True):
@@ -38,40 +42,29 @@ def pod_left(state: ClusterState, ref: str, uid: str) -> bool:
 
 
 class NodeBook:
-    """Confirmed node-level plans, by preemptor ref."""
+    """Confirmed node-level plans (and Kueue plans with a placement), by preemptor."""
 
     def __init__(self) -> None:
         self.plans: dict[str, NodePlanHeld] = {}
 
-    def claimed(self) -> dict[str, str]:
-        """Victim unit ref -> the plan it is promised to."""
-        return {v: p.plan_id for p in self.plans.values() for v in p.victims}
+    def claimed(self, but: str = "") -> dict[str, str]:
+        """Victim unit ref -> the plan it is promised to (leaving out plan ``but``)."""
+        return {v: p.plan_id for p in self.plans.values() if p.plan_id != but for v in p.victims}
 
-    def prune(self, flights: Flights) -> None:
-        """Forget plans whose flight ended (failed, dropped, or done)."""
-        for ref, held in list(self.plans.items()):
-            flight = flights.by_preemptor.get(ref)
-            if flight is None or flight.plan is None or flight.plan.plan_id != held.plan_id:
-                del self.plans[ref]
-
-    def confirm(self, state: ClusterState, p: events.PlanProposed) -> str | None:
-        """Why the proposed node-level plan is rejected, or None (then it is held)."""
+    def check(self, state: ClusterState, p: events.PlanProposed) -> str | None:
+        """Why the proposed node-level plan must be rejected, or None."""
         victims = [NodeVictim(v.object, v.uid, v.pods, v.pod_uids) for v in p.victims]
-        reason = node_rejection(state, p.plan_id, p.preemptor, victims, p.placement, self.claimed())
-        if reason is None:
-            self.hold(p.preemptor, p)
-        return reason
+        return node_rejection(
+            state, p.plan_id, p.preemptor, victims, p.placement, self.claimed(p.plan_id)
+        )
 
-    def confirm_kueue(self, state: ClusterState, key: str, p: events.PlanProposed) -> str | None:
+    def check_kueue(self, state: ClusterState, p: events.PlanProposed) -> str | None:
         """A Kueue plan whose workload's pods are known: its node victims (and the pods of
-        its Workload victims) must still be there; then its placement is held too."""
+        its Workload victims) must still be there."""
         if not p.placement:
             return None
         victims = [NodeVictim(v.object, "", v.pods, v.pod_uids) for v in p.victims if v.pods]
-        reason = victim_rejection(state, p.plan_id, victims, self.claimed())
-        if reason is None:
-            self.hold(key, p)
-        return reason
+        return victim_rejection(state, p.plan_id, victims, self.claimed(p.plan_id))
 
     def hold(self, key: str, p: events.PlanProposed) -> None:
         pods: dict[str, tuple[tuple[str, str], ...]] = {}
@@ -91,6 +84,12 @@ class NodeBook:
         pods = {v: held.pods.get(v, ()) for v in done}
         self.plans[key] = msgspec.structs.replace(held, pods=pods)
 
+    def placed(self, key: str, placement: dict[str, str]) -> None:
+        """Admitted at ``placement``: that is the room held until the pods are bound."""
+        held = self.plans.get(key)
+        if held is not None:
+            self.plans[key] = msgspec.structs.replace(held, placement=dict(placement), pods={})
+
     def victims_gone(self, state: ClusterState, key: str) -> bool:
         """Every victim pod of the plan held for ``key`` has left (True without one)."""
         held = self.plans.get(key)
@@ -101,26 +100,28 @@ class NodeBook:
     def end(self, preemptor: str) -> None:
         self.plans.pop(preemptor, None)
 
-    def settle(self, state: ClusterState, flights: Flights) -> None:
-        """End flights whose preemptor is placed or gone, and those whose victims have
-        all left (the preemptor is then evaluated again: its room is free)."""
-        self.prune(flights)
+    def settle(self, state: ClusterState, flights: Flights) -> list[str]:
+        """End node-level flights whose preemptor is bound or gone; return those whose
+        victims have all left and that may now be admitted at the room they held."""
+        ready = []
         for ref, flight in list(flights.by_preemptor.items()):
             if not is_node_ref(ref):
                 continue  # a Kueue workload (namespace/name)
             held = self.plans.get(ref)
             if not _still_pending(state, ref, held):
-                flights.end(ref)
-                self.end(ref)
+                flights.end(ref, "the preemptor's pods are bound, or it is gone")
                 continue
-            if flight.status == ACTUATED and held is not None and self.victims_gone(state, ref):
-                flights.end(ref)
-                self.end(ref)
+            if flight.status in (ACTUATED, ADMITTING) and self.victims_gone(state, ref):
+                ready.append(ref)
+        return ready
 
-    def planner(self, state: ClusterState, now: datetime) -> NodePlanner:
+    def planner(self, state: ClusterState, now: datetime, but: Iterable[str] = ()) -> NodePlanner:
+        """A planner with the room of every plan held, except the preemptors ``but``."""
+        skip = set(but)
         planner = NodePlanner(state, now)
-        for held in self.plans.values():
-            planner.hold(held.placement, held.victims)
+        for key, held in self.plans.items():
+            if key not in skip:
+                planner.hold(held.placement, held.victims)
         return planner
 
 
@@ -160,9 +161,38 @@ def pod_gone(
             refs.append(f"Workload/{group.workload}")
     for ref in refs:
         published.pop(ref, None)
-        flights.failed_at.pop(ref, None)
+        flights.forget(ref)
         if pod.pending:
-            flights.end(ref)
+            flights.end(ref, f"its pod {pod.ref} is gone")
+
+
+def admit_ready(
+    planner: NodePlanner,
+    book: NodeBook,
+    flights: Flights,
+    ready: list[str],
+    now: datetime,
+    seq: int,
+) -> list[events.Event]:
+    """The preemptors whose victims are gone, admitted first, each at the room it held
+    (``planner`` holds every other plan's room, not theirs)."""
+    outbox: list[events.Event] = []
+    for ref in ready:
+        try:
+            pre = planner.resolve(ref)
+        except InvalidInput as exc:
+            flights.fail(ref, str(exc))
+            continue
+        d = planner.decide(pre)
+        if d.outcome != "Admit":
+            flights.fail(ref, f"no longer fits where its victims left: {d.message}")
+            continue
+        planner.commit(pre, d)
+        book.placed(ref, d.placement)
+        if flights.by_preemptor[ref].status != ADMITTING:
+            flights.admitting(ref)
+            outbox.append(admitted_event(d, now, seq))
+    return outbox
 
 
 def node_events(
@@ -170,7 +200,7 @@ def node_events(
     flights: Flights,
     seq: int,
     now: datetime,
-    new_request_id: Callable[[], str],
+    request: Callable[[Preemptor, Decision], events.Event],
     fresh: Callable[[str, tuple[str, ...]], bool],
 ) -> list[events.Event]:
     """One node-level pass: every pending pod and gang without a plan in flight, in
@@ -181,33 +211,18 @@ def node_events(
             continue
         d = planner.decide(pre)
         if d.outcome == "Preempt" and not flights.may_request(pre.ref, seq):
-            continue  # failed lately: waits for the state to change, holds nothing meanwhile
+            continue  # failed lately: waits for its backoff, holds nothing meanwhile
         planner.commit(pre, d)
         # The same decision is published once per incarnation of the preemptor's pods.
         pods = tuple(sorted(f"{p.key}:{p.uid}:{p.resource_version}" for p in pre.pods))
         if d.outcome == "Admit":
             signature = ("Admit", *pods, *sorted(f"{k}={v}" for k, v in d.placement.items()))
             if fresh(pre.ref, signature):
-                outbox.append(_admitted(d, now, seq))
+                outbox.append(admitted_event(d, now, seq))
         elif d.outcome == "Preempt":
-            request_id = new_request_id()
-            flights.start(pre.ref, request_id)
-            fresh(pre.ref, ("Preempt", request_id))
-            outbox.append(
-                events.PreemptionRequested(
-                    id=request_id,
-                    occurred_at=now,
-                    request_id=request_id,
-                    workload=pre.ref,
-                    uid="",
-                    resource_version="",
-                    cluster_queue=d.queue,
-                    priority=pre.priority,
-                    flavors={},
-                    claimed=tuple(sorted(planner.promised - {v.object for v in d.victims})),
-                    state_seq=seq,
-                )
-            )
+            event = request(pre, d)
+            fresh(pre.ref, ("Preempt", event.id))
+            outbox.append(event)
         elif fresh(pre.ref, ("Pending", *pods, d.message)):
             outbox.append(
                 events.Pending(
@@ -223,7 +238,7 @@ def node_events(
     return outbox
 
 
-def _admitted(d: Decision, now: datetime, seq: int) -> events.Admitted:
+def admitted_event(d: Decision, now: datetime, seq: int) -> events.Admitted:
     return events.Admitted(
         # The STATE sequence makes the id unique per decision: the same placement decided
         # again for a new incarnation must not be dropped as a duplicate by the stream.
@@ -237,4 +252,12 @@ def _admitted(d: Decision, now: datetime, seq: int) -> events.Admitted:
     )
 
 
-__all__ = ["NodeBook", "NodePlanHeld", "is_node_ref", "node_events", "pod_gone"]
+__all__ = [
+    "NodeBook",
+    "NodePlanHeld",
+    "admit_ready",
+    "admitted_event",
+    "is_node_ref",
+    "node_events",
+    "pod_gone",
+]

@@ -1,10 +1,13 @@
 """quota: the quota ledger and the admission cycle.
 
-It rebuilds the cluster state from STATE, runs admission cycles with the core on every
-change, and publishes ``Admitted`` / ``Pending`` / ``PreemptionRequested``. It confirms or
-rejects proposed plans against the live ledger and the plans in flight. While a
-preemptor has a plan in flight (requested, confirmed, or its victims terminating), no
-new plan is requested for it, and the quota its victims free is held for it.
+It rebuilds the cluster state from STATE and its preemptions in flight from the plan
+records, runs admission cycles with the core on every change (and on a timer, while a
+failed attempt waits out its backoff), and publishes ``Admitted`` / ``Pending`` /
+``PreemptionRequested``; each request gets its plan record (``requested``) as it goes
+out. It confirms or rejects proposed plans on their records against the live ledger
+and the plans in flight (``services.quota.confirming``). While a preemptor has a plan
+in flight (requested, confirmed, or its victims terminating), no new plan is requested
+for it, and the quota its victims free is held for it.
 """
 
 from __future__ import annotations
@@ -12,23 +15,31 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import secrets
+import time
 from typing import Any
 
 import structlog
 
 from gangpreempt import events
 from gangpreempt.bus.consuming import Delivery
+from gangpreempt.bus.records import RecordBook, RecordStore
 from gangpreempt.errors import InvalidInput
 from gangpreempt.planning import admission_pass
+from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.inflight import PlanInFlight, rejection
-from gangpreempt.planning.nodeplan import NodePlanner, is_node_level, with_nodes
+from gangpreempt.planning.nodeplan import NodePlanner, with_nodes
+from gangpreempt.planning.records import TERMINAL, PlanRecord, new_record
 from services.livestate import LiveState, key_of
-from services.quota.flights import ACTUATED, CONFIRMED, Flight, Flights
-from services.quota.nodes import NodeBook, is_node_ref, node_events, pod_gone
+from services.quota.confirming import Confirmer
+from services.quota.flights import ACTUATED, ADMITTING, REQUESTED, Flight, Flights
+from services.quota.nodes import NodeBook, admit_ready, is_node_ref, node_events, pod_gone
 from services.runtime import ServiceContext, sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.quota")
 BURST_WAITS = 4
+TICK_S = 1.0  # at least this often: overdue requests, owed record moves, backoffs
+RETENTION_S = 3600.0  # a record in a terminal state is deleted this long after its end
 
 
 def kueue_victims(d: Any) -> set[str]:
@@ -36,43 +47,74 @@ def kueue_victims(d: Any) -> set[str]:
     return {key_of(v.object) for v in d.victims if v.object.startswith("Workload/")}
 
 
+def plan_in_flight(rec: PlanRecord) -> PlanInFlight:
+    p = rec.proposal
+    assert p is not None
+    return PlanInFlight(
+        plan_id=p.plan_id,
+        preemptor=rec.flight,
+        cluster_queue=p.cluster_queue,
+        flavors=p.flavors,
+        victims=tuple(key_of(v.object) for v in p.victims if v.object.startswith("Workload/")),
+    )
+
+
 class Quota:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.live = LiveState(ctx, "quota", on_change=self.on_state_change)
         self.replica = self.live.replica
-        self.flights = Flights(on_end=self.flight_ended)
+        self.flights = Flights(self.flight_changed, lambda: self.replica.seq)
         self.nodes = NodeBook()
+        self.book = RecordBook(ctx.nc, ctx.topology)
+        self.book.on_change(self.record_changed)
         self.dirty = asyncio.Event()
         self.changes = 0  # state changes applied, to tell a burst that is still arriving
         self.published: dict[str, tuple[str, ...]] = {}  # workload -> last decision signature
         self.counter = itertools.count(1)
-        self.instance = f"{os.getpid()}-{int(asyncio.get_running_loop().time() * 1000)}"
-        self.consumer = ctx.decisions_consumer(
-            [
-                ctx.topology.event_subject(t)
-                for t in (
-                    events.PlanProposed,
-                    events.PreemptionInfeasible,
-                    events.PlanDropped,
-                    events.PlanActuated,
-                )
-            ],
-            self.on_event,
-            concurrency=16,
-        )
+        self.instance = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self.retry_due: float | None = None  # monotonic: a backoff ends, cycle then
+        self.confirmer: Confirmer | None = None
+        self.consumer = ctx.decisions_consumer(self.on_event, concurrency=16)
 
-    def flight_ended(self, preemptor: str, flight: Flight) -> None:
-        if flight.plan is not None and self.live.ledger is not None:
-            self.live.ledger.unhold(flight.plan.plan_id)
-        self.nodes.end(preemptor)  # its placement and node victims are no longer held
+    # -- flights and their holds ---------------------------------------------------------------
+    def record_changed(self, _old: PlanRecord | None, new: PlanRecord | None) -> None:
+        if new is not None:
+            self.flights.learn(new)
+        self.dirty.set()
+
+    def flight_changed(self, key: str, old: Flight | None, new: Flight | None) -> None:
+        """Keep the ledger's and the nodes' holds in step with the flights."""
+        held = old is not None and old.status != REQUESTED
+        holds = new is not None and new.status != REQUESTED
+        same = old is not None and new is not None and old.plan_id == new.plan_id
+        if held and not (holds and same):
+            assert old is not None
+            if self.live.ledger is not None:
+                self.live.ledger.unhold(old.plan_id)
+            self.nodes.end(key)
+        if holds and not (held and same):
+            assert new is not None
+            assert new.record.proposal is not None
+            if not is_node_ref(key) and self.live.ledger is not None:
+                self.live.ledger.hold(plan_in_flight(new.record))
+            if is_node_ref(key) or new.record.proposal.placement:
+                self.nodes.hold(key, new.record.proposal)
+        leaving = (ACTUATED, ADMITTING)
+        if (
+            holds
+            and new is not None
+            and new.status in leaving
+            and not (same and old is not None and old.status in leaving)
+        ):
+            self.nodes.actuated(key, new.record.actuated)  # only the victims evicted leave
 
     def on_state_change(self, kind: str, old: Any, new: Any) -> None:
         self.changes += 1
         if kind == "Workload" and new is None and old is not None:
             self.published.pop(old.key, None)  # forget it: a new one may reuse the name
-            self.flights.failed_at.pop(old.key, None)
-            self.flights.end(old.key)
+            self.flights.forget(old.key)
+            self.flights.end(old.key, "the workload was deleted")
         if kind == "Pod" and new is None and old is not None:
             pod_gone(self.replica.state, old, self.published, self.flights)
         self.dirty.set()
@@ -82,14 +124,30 @@ class Quota:
         while not self.ctx.stop.is_set():
             waiter = asyncio.ensure_future(self.dirty.wait())
             stopper = asyncio.ensure_future(self.ctx.stop.wait())
-            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {waiter, stopper}, timeout=self.tick(), return_when="FIRST_COMPLETED"
+            )
             waiter.cancel()
             stopper.cancel()
             if self.ctx.stop.is_set():
                 return
-            await self.settle_burst()
-            self.dirty.clear()
-            await self.cycle()
+            try:
+                await self.housekeeping()
+                due = self.retry_due is not None and time.monotonic() >= self.retry_due
+                if not (self.dirty.is_set() or due):
+                    continue
+                await self.settle_burst()
+                self.dirty.clear()
+                await self.cycle()
+            except Exception:  # NATS away, most likely: the cycle runs again soon
+                log.exception("admission cycle failed; retrying")
+                await sleep_or_stop(self.ctx.stop, 0.5)
+                self.dirty.set()
+
+    def tick(self) -> float:
+        if self.retry_due is None:
+            return TICK_S
+        return max(0.0, min(TICK_S, self.retry_due - time.monotonic()))
 
     async def settle_burst(self) -> None:
         """Gather the changes of a burst (a manifest applied, a relist): wait one cycle
@@ -101,39 +159,62 @@ class Quota:
             if await sleep_or_stop(self.ctx.stop, delay) or self.changes == seen:
                 return
 
-    def settle_flights(self) -> None:
-        """Forget flights whose preemptor is gone or admitted, and holds whose victims
-        have all left (the preemptor is then evaluated normally: its quota is free)."""
+    async def housekeeping(self) -> None:
+        """Requests that waited too long are given up; records quota owes a move are
+        moved; terminal records past their retention are deleted."""
+        for key in self.flights.overdue(self.ctx.settings.plan_timeout):
+            log.info("preemption request unanswered; giving up", workload=key)
+            self.flights.fail(key, "no proposal within plan_timeout")
+            self.dirty.set()
+        assert self.confirmer is not None
+        owed = self.flights.take_owed()
+        if owed:
+            self.flights.owed[:0] = await self.confirmer.pay(owed)
+        now = self.ctx.now()
+        for plan_id, (rec, revision) in list(self.book.records.items()):
+            if rec.state in TERMINAL and (now - rec.updated_at).total_seconds() > RETENTION_S:
+                try:
+                    await self.confirmer.store.delete(plan_id, revision)
+                except Exception as exc:
+                    log.debug("old record not deleted", plan_id=plan_id, error=repr(exc))
+
+    def settle_flights(self) -> list[str]:
+        """End the flights whose preemptor is admitted or gone, and Kueue flights whose
+        victims have all left (their preemptor is then evaluated normally: its quota is
+        free); return the node-level preemptors ready to be admitted where they held."""
         state = self.replica.state
-        self.nodes.settle(state, self.flights)
+        ready = self.nodes.settle(state, self.flights)
         for key, flight in list(self.flights.by_preemptor.items()):
             if is_node_ref(key):
                 continue
             wl = state.workloads.get(key)
             if wl is None or not wl.is_pending:
-                self.flights.end(key)
-                continue
-            if (
+                self.flights.end(key, "the preemptor is admitted, or gone")
+            elif (
                 flight.status == ACTUATED
-                and flight.plan is not None
+                and flight.record.proposal is not None
                 and all(
-                    (v := state.workloads.get(victim)) is None or not v.holds_quota
-                    for victim in flight.plan.victims
+                    (v := state.workloads.get(key_of(victim.object))) is None or not v.holds_quota
+                    for victim in flight.record.proposal.victims
+                    if victim.object.startswith("Workload/")
                 )
                 and self.nodes.victims_gone(state, key)
             ):
-                self.flights.end(key)
+                self.flights.end(key, "its victims are gone")
+        return ready
 
     async def cycle(self) -> None:
         state, now, seq = self.replica.state, self.ctx.now(), self.replica.seq
-        self.settle_flights()
+        ready = self.settle_flights()
         snapshot = self.live.snapshot(now)  # plans in flight are held in it
         with snapshot.scratch():  # nothing awaits in here: the replica cannot interleave
             decisions = admission_pass(snapshot, self.flights.waiting())
+        outbox: list[events.Event] = []
         planner: NodePlanner | None = None
         if state.pods:
             try:
-                planner = self.nodes.planner(state, now)
+                planner = self.nodes.planner(state, now, but=ready)
+                outbox += admit_ready(planner, self.nodes, self.flights, ready, now, seq)
                 decisions = with_nodes(planner, decisions)  # Kueue workloads with pods
             except InvalidInput as exc:  # e.g. a pod whose PriorityClass is not here yet
                 log.warning("node-level decisions skipped until the state changes", error=str(exc))
@@ -141,7 +222,6 @@ class Quota:
         assert self.live.ledger is not None
         # victims of the plans in flight: Kueue workloads by key, node-level units by ref
         claimed = set(self.live.ledger.held_victims) | set(self.nodes.claimed())
-        outbox: list[events.Event] = []
         for d in decisions:
             key = key_of(d.preemptor)
             wl = state.workloads[key]
@@ -152,26 +232,18 @@ class Quota:
                 if not self.flights.may_request(key, seq):
                     claimed |= kueue_victims(d)
                     continue
-                request_id = f"{self.instance}-{next(self.counter)}"
-                self.flights.start(key, request_id)
-                self.published.pop(key, None)
                 outbox.append(
-                    events.PreemptionRequested(
-                        id=request_id,
-                        occurred_at=now,
-                        request_id=request_id,
-                        workload=d.preemptor,
+                    self.request(
+                        key,
+                        d,
                         uid=wl.uid,
                         resource_version=wl.resource_version,
-                        cluster_queue=d.queue.removeprefix("ClusterQueue/"),
                         priority=state.priority_of(wl),
-                        flavors=d.flavors,
                         claimed=tuple(sorted(claimed)),
-                        state_seq=seq,
                     )
                 )
+                self.published.pop(key, None)
                 claimed |= kueue_victims(d)
-                log.info("preemption requested", workload=d.preemptor, request_id=request_id)
             elif self.fresh(key, ("Pending", wl.resource_version, d.message)):
                 outbox.append(
                     events.Pending(
@@ -191,13 +263,59 @@ class Quota:
                     self.flights,
                     seq,
                     now,
-                    lambda: f"{self.instance}-{next(self.counter)}",
+                    lambda pre, d: self.request(
+                        pre.ref,
+                        d,
+                        priority=pre.priority,
+                        claimed=tuple(sorted(planner.promised - {v.object for v in d.victims})),
+                    ),
                     self.fresh,
                 )
             except InvalidInput as exc:  # e.g. a pod whose PriorityClass is not here yet
                 log.warning("node-level decisions skipped until the state changes", error=str(exc))
-        # One cycle's events go out together: their acknowledgements overlap.
-        await asyncio.gather(*(self.ctx.publisher.publish(e) for e in outbox))
+        self.retry_due = self.flights.next_retry()
+        # One cycle's events and records go out together: their acknowledgements overlap.
+        assert self.confirmer is not None
+        creating = [
+            self.confirmer.creating[plan_id]
+            for e in outbox
+            if isinstance(e, events.PreemptionRequested)
+            and (plan_id := events.stable_id("plan", e.request_id)) in self.confirmer.creating
+        ]
+        await asyncio.gather(*(self.ctx.publisher.publish(e) for e in outbox), *creating)
+
+    def request(
+        self,
+        key: str,
+        d: Decision,
+        *,
+        priority: int,
+        claimed: tuple[str, ...],
+        uid: str = "",
+        resource_version: str = "",
+    ) -> events.PreemptionRequested:
+        """A new preemption request, its flight started and its record on its way."""
+        assert self.confirmer is not None
+        now, seq = self.ctx.now(), self.replica.seq
+        request_id = f"{self.instance}-{next(self.counter)}"
+        plan_id = events.stable_id("plan", request_id)
+        rec = new_record(plan_id, request_id, d.preemptor, key, now, seq, f"quota/{self.instance}")
+        self.flights.start(rec)
+        self.confirmer.create(rec)
+        log.info("preemption requested", workload=d.preemptor, request_id=request_id)
+        return events.PreemptionRequested(
+            id=request_id,
+            occurred_at=now,
+            request_id=request_id,
+            workload=d.preemptor,
+            uid=uid,
+            resource_version=resource_version,
+            cluster_queue=d.queue.removeprefix("ClusterQueue/"),
+            priority=priority,
+            flavors=d.flavors,
+            claimed=claimed,
+            state_seq=seq,
+        )
 
     def admitted(self, d: Any, wl: Any) -> events.Admitted:
         pod_sets = []
@@ -227,107 +345,55 @@ class Quota:
 
     # -- plans --------------------------------------------------------------------------------
     async def on_event(self, event: Any, _delivery: Delivery) -> None:
+        assert self.confirmer is not None
         if isinstance(event, events.PlanProposed):
-            await self.on_proposed(event)
+            await self.replica.wait_seq(event.state_seq)
+            await self.confirmer.proposed(event, self.check)
         elif isinstance(event, events.PreemptionInfeasible):
-            key = self.flight_key(event.preemptor)
-            flight = self.flights.by_preemptor.get(key)
-            if flight is not None and flight.request_id == event.request_id:
-                self.flights.fail(key, max(self.replica.seq, event.state_seq))
-                log.info("preemption infeasible", workload=event.preemptor, reason=event.message)
-        elif isinstance(event, events.PlanDropped):
-            key = self.flight_key(event.preemptor)
-            flight = self.flights.by_preemptor.get(key)
-            if (
-                flight is not None
-                and flight.plan is not None
-                and flight.plan.plan_id == event.plan_id
-            ):
-                self.flights.fail(key, self.replica.seq)
-        elif isinstance(event, events.PlanActuated):
-            flight = self.flights.by_preemptor.get(self.flight_key(event.preemptor))
-            if (
-                flight is not None
-                and flight.plan is not None
-                and flight.plan.plan_id == event.plan_id
-            ):
-                flight.status = ACTUATED
-                # only the victims actually evicted will leave
-                self.nodes.actuated(self.flight_key(event.preemptor), event.victims)
+            await self.confirmer.infeasible(event, self.replica.seq)
         self.dirty.set()
 
-    def flight_key(self, ref: str) -> str:
-        return ref if is_node_level(self.replica.state, ref) else key_of(ref)
-
-    async def on_proposed(self, p: events.PlanProposed) -> None:
-        key = self.flight_key(p.preemptor)
-        node_level = is_node_ref(key)
-        flight = self.flights.by_preemptor.get(key)
+    def check(self, rec: PlanRecord, p: events.PlanProposed) -> str | None:
+        """Why the proposal must be rejected against the live ledger and nodes, or None."""
+        state = self.replica.state
+        if is_node_ref(rec.flight):
+            return self.nodes.check(state, p)
+        assert self.live.ledger is not None
         plan = PlanInFlight(
             plan_id=p.plan_id,
-            preemptor=key,
+            preemptor=rec.flight,
             cluster_queue=p.cluster_queue,
             flavors=p.flavors,
             victims=tuple(key_of(v.object) for v in p.victims if v.object.startswith("Workload/")),
         )
-        reason: str | None
-        if flight is None or flight.request_id != p.request_id:
-            reason = "no preemption request in flight with this id"
-        elif flight.plan is not None:
-            reason = None if flight.plan.plan_id == p.plan_id else "another plan is in flight"
-        else:
-            await self.replica.wait_seq(p.state_seq)
-            assert self.live.ledger is not None
-            self.nodes.prune(self.flights)
-            if self.flights.by_preemptor.get(key) is not flight:
-                reason = "the preemption request ended while the plan was checked"
-            elif node_level:
-                reason = self.nodes.confirm(self.replica.state, p)
-            else:
-                reason = rejection(
-                    self.live.snapshot(self.ctx.now()),
-                    plan,
-                    p.preemptor_uid,
-                    {key_of(v.object): v.uid for v in p.victims},
-                    self.live.ledger.held_victims,
-                ) or self.nodes.confirm_kueue(self.replica.state, key, p)
-        now = self.ctx.now()
-        if reason is None:
-            if flight is not None:
-                flight.status, flight.plan = CONFIRMED, plan
-                assert self.live.ledger is not None
-                if not node_level:
-                    self.live.ledger.hold(plan)
-            await self.ctx.publisher.publish(
-                events.PlanConfirmed(
-                    id=f"confirmed-{p.plan_id}",
-                    occurred_at=now,
-                    plan_id=p.plan_id,
-                    preemptor=p.preemptor,
-                )
-            )
-            log.info("plan confirmed", plan_id=p.plan_id, workload=p.preemptor)
-        else:
-            current = self.flights.by_preemptor.get(key)
-            if current is not None and current is flight and flight.request_id == p.request_id:
-                self.flights.fail(key, self.replica.seq)
-            await self.ctx.publisher.publish(
-                events.PlanRejected(
-                    id=f"rejected-{p.plan_id}",
-                    occurred_at=now,
-                    plan_id=p.plan_id,
-                    preemptor=p.preemptor,
-                    reason=reason,
-                )
-            )
-            log.info("plan rejected", plan_id=p.plan_id, workload=p.preemptor, reason=reason)
+        return rejection(
+            self.live.snapshot(self.ctx.now()),
+            plan,
+            p.preemptor_uid,
+            {key_of(v.object): v.uid for v in p.victims},
+            self.live.ledger.held_victims,
+        ) or self.nodes.check_kueue(state, p)
 
     async def run(self) -> None:
+        kv = await self.ctx.js.key_value(self.ctx.topology.plans_bucket)
+        self.confirmer = Confirmer(
+            RecordStore(kv),
+            self.book,
+            self.flights,
+            self.ctx.publisher,
+            self.ctx.now,
+            f"quota/{self.instance}",
+        )
         await self.live.start()
+        await self.book.start()  # the flights and their holds, as the records say
+        log.info("flights rebuilt from the plan records", flights=len(self.flights.by_preemptor))
         self.dirty.set()
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(self.consumer.run(self.ctx.stop))
-            tg.create_task(self.cycles())
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.consumer.run(self.ctx.stop))
+                tg.create_task(self.cycles())
+        finally:
+            await self.book.stop()
 
 
 async def main(ctx: ServiceContext) -> None:

@@ -3,7 +3,9 @@
 
 Each worker keeps its own STATE replica and computes with the same core call as
 ``gangpreempt plan --workload``; victims already promised to other preemptors (listed in
-the request) are not candidates. Nothing is actuated here.
+the request) are not candidates. Before answering, a worker reads the plan's record:
+a request already answered, or given up by quota, gets no second answer. Nothing is
+actuated here.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import structlog
 
 from gangpreempt import events
 from gangpreempt.bus.consuming import Delivery
+from gangpreempt.bus.records import RecordStore
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod
 from gangpreempt.model.workloads import Workload
 from gangpreempt.planning import Decision, Victim, plan_on
 from gangpreempt.planning.nodeplan import NodePlanner, is_node_level
+from gangpreempt.planning.records import REQUESTED
 from services.livestate import LiveState, key_of
 from services.runtime import ServiceContext
 
@@ -58,12 +62,18 @@ class Victims:
         self.ctx = ctx
         self.live = LiveState(ctx, "victims")
         self.replica = self.live.replica
-        self.consumer = ctx.decisions_consumer(
-            [ctx.topology.event_subject(events.PreemptionRequested)], self.on_event, concurrency=16
-        )
+        self.consumer = ctx.decisions_consumer(self.on_event, concurrency=16)
+        self.store: RecordStore | None = None
 
-    async def on_event(self, event: Any, _delivery: Delivery) -> None:
+    async def on_event(self, event: Any, delivery: Delivery) -> None:
         if not isinstance(event, events.PreemptionRequested):
+            return
+        assert self.store is not None
+        plan_id = events.stable_id("plan", event.request_id)
+        found = await self.store.get(plan_id)
+        if found is not None and found[0].state != REQUESTED:
+            # Answered already (a redelivery, a duplicate) or given up: nothing to do.
+            log.info("request already answered", plan_id=plan_id, state=found[0].state)
             return
         await self.replica.wait_seq(event.state_seq)
         await self.ctx.publisher.publish(self.answer(event))
@@ -144,6 +154,8 @@ class Victims:
         )
 
     async def run(self) -> None:
+        kv = await self.ctx.js.key_value(self.ctx.topology.plans_bucket)
+        self.store = RecordStore(kv)
         await self.live.start()
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.consumer.run(self.ctx.stop))

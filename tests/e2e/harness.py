@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
@@ -23,7 +24,7 @@ from services import simwire
 FAST = {
     "GANGPREEMPT_TERMINATION_DELAY": "0.5",
     "GANGPREEMPT_PLAN_TIMEOUT": "2",
-    "GANGPREEMPT_LEASE_TTL": "1",
+    "GANGPREEMPT_LEASE_TTL": "2",
     "GANGPREEMPT_CYCLE_DELAY": "0.02",
     "GANGPREEMPT_POLL_INTERVAL": "0.2",
     "GANGPREEMPT_LOG_LEVEL": "info",
@@ -164,9 +165,17 @@ def of(evs: list[events.Event], kind: type[events.Event], **match: str) -> list[
     ]
 
 
-async def sim_stats(nc: Client, topology: Topology) -> simwire.StatsReply:
-    msg = await nc.request(topology.sim_stats, b"", timeout=5)
-    return simwire.decode(msg.data, simwire.StatsReply)
+async def sim_stats(nc: Client, topology: Topology, timeout: float = 30.0) -> simwire.StatsReply:
+    """The sim cluster's counters, once ingest answers (it may still be starting)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            msg = await nc.request(topology.sim_stats, b"", timeout=5)
+            return simwire.decode(msg.data, simwire.StatsReply)
+        except nats.errors.NoRespondersError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 __all__ = ["FAST", "Services", "decisions", "of", "read_stream", "sim_stats", "wait_for"]

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
+from nats.js.errors import KeyNotFoundError
 
 from gangpreempt import events
 from gangpreempt.bus import Topology
+from gangpreempt.model import kinds
+from gangpreempt.model.workloads import PodSet, Workload
 from tests.e2e.harness import Services, decisions, of, read_stream, saga_of, sim_stats, wait_for
 from tests.e2e.scenarios import full_cluster
 
@@ -54,7 +57,6 @@ async def test_rejected_plan_touches_nothing(
 ) -> None:
     full_cluster(scenario_dir, gang_at=None)
     services.start()
-    await asyncio.sleep(2)  # let every service come up with nothing to do
     forged = events.PlanProposed(
         id="proposed-forged",
         occurred_at=datetime.now(UTC),
@@ -77,10 +79,15 @@ async def test_rejected_plan_touches_nothing(
     evs = await wait_for(
         nc,
         topology,
-        lambda e: bool(of(e, events.PlanDropped, plan_id="forged")),
-        what="PlanDropped",
+        lambda e: bool(of(e, events.PlanRejected, plan_id="forged")),
+        what="PlanRejected",
     )
-    assert of(evs, events.PlanRejected, plan_id="forged")
+    (rejected,) = of(evs, events.PlanRejected, plan_id="forged")
+    assert rejected.reason == "no preemption request in flight with this id"
+    # No record was ever made for it: the actuator has nothing it could act on.
+    kv = await nc.jetstream().key_value(topology.plans_bucket)
+    with pytest.raises(KeyNotFoundError):
+        await kv.get("forged")
     assert not of(evs, events.VictimActuated)
     assert (await sim_stats(nc, topology)).evictions == {}
 
@@ -149,8 +156,6 @@ async def test_malformed_messages_go_to_dead_letters_and_services_live_on(
     nc: Client, topology: Topology, services: Services, scenario_dir: Path
 ) -> None:
     full_cluster(scenario_dir, gang_at=4)
-    services.start()
-    await asyncio.sleep(2)
     js = nc.jetstream()
     subjects = [
         topology.event_subject(t)
@@ -170,22 +175,52 @@ async def test_malformed_messages_go_to_dead_letters_and_services_live_on(
     subjects.append(topology.state_subject("Workload", "ml/junk"))
     for i, subject in enumerate(subjects):
         await js.publish(subject, b"\xc1 junk", headers={"Nats-Msg-Id": f"junk-{i}"})
-    await wait_for(
+    # A well-formed event on a subject it does not belong to.
+    misplaced = events.ObjectUpserted(
+        id="misplaced", occurred_at=datetime.now(UTC), kind="Pod", key="ml/p", body=b""
+    )
+    confirmed_subject = topology.event_subject(events.PlanConfirmed)
+    await js.publish(confirmed_subject, events.encode(misplaced))
+    # A state object that fails validation: a negative count and quantity.
+    negative = Workload(
+        namespace="ml",
+        name="negative",
+        uid="negative-uid",
+        queue_name="jobs",
+        priority=2000,
+        pod_sets=(PodSet("main", -5, {"cpu": -1000}),),
+    )
+    bad_state = events.ObjectUpserted(
+        id="negative",
+        occurred_at=datetime.now(UTC),
+        kind="Workload",
+        key="ml/negative",
+        body=kinds.encode_object(negative),
+    )
+    await js.publish(topology.subject_of(bad_state), events.encode(bad_state))
+    services.start()
+    evs = await wait_for(
         nc, topology, lambda e: admitted(e, GANG), what="the gang admitted despite the junk"
     )
     assert all(services.alive().values()), services.alive()
+    assert not [e for e in evs if getattr(e, "workload", "") == "Workload/ml/negative"]
     letters = await read_stream(nc, topology.dlq_stream, f"{topology.prefix}.dlq.>")
     by_service: dict[str, set[str]] = {}
+    reasons: dict[tuple[str, str], str] = {}
     for m in letters:
-        by_service.setdefault(m.subject.rsplit(".", 1)[1], set()).add(m.headers["gp-dlq-subject"])
+        service = m.subject.rsplit(".", 1)[1]
+        by_service.setdefault(service, set()).add(m.headers["gp-dlq-subject"])
+        reasons[service, m.headers["gp-dlq-id"]] = m.headers["gp-dlq-reason"]
     # Every consumer dead-lettered the junk on the subjects it reads.
     assert topology.event_subject(events.PreemptionRequested) in by_service["victims"]
-    assert topology.event_subject(events.PlanProposed) in by_service["actuator"]
     assert topology.event_subject(events.PlanProposed) in by_service["quota"]
     assert set(subjects[:-1]) <= by_service["ingest"]
     for service in ("quota", "victims", "actuator"):
         assert topology.state_subject("Workload", "ml/junk") in by_service[service]
-    assert all("cannot" in m.headers["gp-dlq-reason"] for m in letters)
+        # The negative workload is refused by every replica, with the field that is wrong.
+        assert ">= 0" in reasons[service, "negative"]
+        assert "count" in reasons[service, "negative"] or "cpu" in reasons[service, "negative"]
+    assert "does not belong on" in reasons["ingest", "misplaced"]
 
 
 async def test_sigterm_stops_every_service_cleanly(

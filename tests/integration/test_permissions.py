@@ -4,6 +4,7 @@ the admin reads the dead letters."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -11,9 +12,11 @@ from datetime import UTC, datetime
 import nats
 import pytest
 from nats.aio.client import Client
+from nats.js.api import ConsumerConfig
 
 from gangpreempt import events
 from gangpreempt.bus import SERVICES, NatsServer, Topology, connected, provision
+from gangpreempt.bus.consumers import consumer_config, consumer_subjects
 from gangpreempt.bus.permissions import ADMIN, inbox_prefix, server_authorization
 
 pytestmark = pytest.mark.integration
@@ -126,11 +129,68 @@ async def test_dead_letters_are_written_by_each_service_and_read_by_the_admin_on
         assert info.state.messages == 1
 
 
-async def test_only_the_actuator_uses_the_plans_bucket(provisioned: str) -> None:
-    async with as_service(provisioned, "actuator") as nc:  # type: ignore[attr-defined]
+async def test_the_plan_records_are_written_by_quota_and_the_actuator_only(
+    provisioned: str,
+) -> None:
+    for service in ("quota", "actuator"):
+        async with as_service(provisioned, service) as nc:  # type: ignore[attr-defined]
+            kv = await nc.jetstream().key_value(TOPOLOGY.plans_bucket)
+            await kv.put(f"probe-{service}", b"1")
+            assert (await kv.get(f"probe-{service}")).value == b"1"
+            # ...and follow them (ordered consumers on the bucket's stream)
+            watcher = await kv.watchall()
+            assert (await watcher.updates(timeout=2)) is not None
+            await watcher.stop()
+    async with as_service(provisioned, "victims") as nc:  # type: ignore[attr-defined]
         kv = await nc.jetstream().key_value(TOPOLOGY.plans_bucket)
-        await kv.put("probe", b"1")
-        assert (await kv.get("probe")).value == b"1"
-    async with as_service(provisioned, "quota") as nc:  # type: ignore[attr-defined]
+        assert (await kv.get("probe-quota")).value == b"1"  # victims reads a record
+        with pytest.raises(nats.errors.TimeoutError):
+            await kv.put("probe-victims", b"1")
+    async with as_service(provisioned, "ingest") as nc:  # type: ignore[attr-defined]
         with pytest.raises(nats.errors.TimeoutError):
             await nc.jetstream().key_value(TOPOLOGY.plans_bucket)
+
+
+async def test_ingest_reads_the_lease_and_only_the_actuator_holds_it(provisioned: str) -> None:
+    async with as_service(provisioned, "actuator") as nc:  # type: ignore[attr-defined]
+        kv = await nc.jetstream().key_value(TOPOLOGY.leases_bucket)
+        await kv.put("actuator", b"holder 7")
+    async with as_service(provisioned, "ingest") as nc:  # type: ignore[attr-defined]
+        kv = await nc.jetstream().key_value(TOPOLOGY.leases_bucket)
+        assert (await kv.get("actuator")).value == b"holder 7"  # the sim checks tokens
+        with pytest.raises(nats.errors.TimeoutError):
+            await kv.put("actuator", b"ingest 8")
+    async with as_service(provisioned, "quota") as nc:  # type: ignore[attr-defined]
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.jetstream().key_value(TOPOLOGY.leases_bucket)
+
+
+@pytest.mark.parametrize("service", ["ingest", "quota", "victims"])
+async def test_a_service_binds_its_consumer_and_cannot_create_or_widen_one(
+    provisioned: str, service: str
+) -> None:
+    durable = TOPOLOGY.durable(service)
+    async with as_service(provisioned, service) as nc:  # type: ignore[attr-defined]
+        js = nc.jetstream()
+        psub = await js.pull_subscribe_bind(durable=durable, stream=TOPOLOGY.decisions_stream)
+        with contextlib.suppress(nats.errors.TimeoutError):
+            await psub.fetch(1, timeout=0.2)
+        wider = consumer_config(TOPOLOGY, service)
+        wider.filter_subjects = [f"{TOPOLOGY.prefix}.>"]
+        with pytest.raises(nats.errors.TimeoutError):  # its own, with a wider filter
+            await js.add_consumer(TOPOLOGY.decisions_stream, wider, timeout=1.0)
+        other = consumer_config(TOPOLOGY, service)
+        other.durable_name = f"{durable}-other"
+        with pytest.raises(nats.errors.TimeoutError):  # a second durable consumer
+            await js.add_consumer(TOPOLOGY.decisions_stream, other, timeout=1.0)
+        named = ConsumerConfig(durable_name=f"{service}-x", filter_subject=TOPOLOGY.state_wildcard)
+        with pytest.raises(nats.errors.TimeoutError):  # a durable consumer on STATE
+            await js.add_consumer(TOPOLOGY.state_stream, named, timeout=1.0)
+        # What it may do on STATE: follow it with an ordered (ephemeral) consumer.
+        sub = await js.subscribe(
+            TOPOLOGY.state_wildcard, stream=TOPOLOGY.state_stream, ordered_consumer=True
+        )
+        await sub.unsubscribe()
+    async with connected(provisioned, "admin", user=ADMIN, password=PASSWORDS[ADMIN]) as nc:
+        info = await nc.jetstream().consumer_info(TOPOLOGY.decisions_stream, durable)
+        assert info.config.filter_subjects == consumer_subjects(TOPOLOGY, service)

@@ -3,9 +3,11 @@
 Settlement, classified once here: the handler returns normally -> ack; it returns
 ``HOLD`` -> it keeps the message and settles it later; it raises ``Transient`` (or any
 unexpected error, up to ``max_attempts``) -> nak with backoff; the message does not
-decode or the handler raises ``InvalidInput`` -> term, and a copy goes to
-``<prefix>.dlq.<service>`` with the reason (the decode error's field path), the event type
-and id. The loop never dies on a bad message.
+decode, is an event of a type that does not belong on its subject, or the handler raises
+``InvalidInput`` -> term, and a copy goes to ``<prefix>.dlq.<service>`` with the reason
+(the decode error's field path), the event type and id. The loop never dies: not on a bad
+message, and not while NATS is away (a fetch or a settlement that fails is logged and
+the loop goes on; what was not acknowledged comes back after the consumer's AckWait).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from gangpreempt.bus.publishing import HEADER_SERVICE, HEADER_TYPE, header_size,
 from gangpreempt.bus.topology import Topology
 from gangpreempt.errors import InvalidInput, Transient
 from gangpreempt.telemetry import process_span
+from gangpreempt.waiting import sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.bus")
 
@@ -113,6 +116,7 @@ class Consumer:
         max_attempts: int = 5,
         deliver_policy: DeliverPolicy = DeliverPolicy.ALL,
         concurrency: int = 1,
+        bind: bool = False,
     ) -> None:
         self.nc = nc
         self.js = nc.jetstream()
@@ -127,6 +131,7 @@ class Consumer:
         self.max_attempts = max_attempts
         self.deliver_policy = deliver_policy
         self.concurrency = concurrency
+        self.bind = bind  # bind to a consumer an admin created, never create one
         self.dead_letters = DeadLetters(nc, topology, service)
         self._psub: Any = None
         self.ready = asyncio.Event()
@@ -145,8 +150,10 @@ class Consumer:
                 raise Transient(f"{self.durable}: {info.num_pending} messages still pending")
             await asyncio.sleep(0.002)
 
-    async def run(self, stop: asyncio.Event) -> None:
-        self._psub = psub = await self.js.pull_subscribe(
+    async def _subscribe(self) -> Any:
+        if self.bind:
+            return await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+        return await self.js.pull_subscribe(
             "",
             durable=self.durable,
             stream=self.stream,
@@ -159,11 +166,27 @@ class Consumer:
                 deliver_policy=self.deliver_policy,
             ),
         )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while self._psub is None:
+            try:
+                self._psub = await self._subscribe()
+            except Exception as exc:
+                log.warning(
+                    "consumer not bound yet; retrying", durable=self.durable, error=repr(exc)
+                )
+                if await sleep_or_stop(stop, 0.5):
+                    return
+        psub = self._psub
         self.ready.set()
         while not stop.is_set():
             try:
                 msgs = await psub.fetch(self.batch, timeout=0.5)
             except (TimeoutError, NatsTimeoutError):
+                continue
+            except Exception as exc:  # NATS away: the client reconnects, we try again
+                log.warning("fetch failed", durable=self.durable, error=repr(exc))
+                await sleep_or_stop(stop, 0.2)
                 continue
             await self._process_batch(msgs, stop)
         with contextlib.suppress(Exception):
@@ -194,6 +217,16 @@ class Consumer:
         await asyncio.gather(*(gated(m) for m in msgs))
 
     async def process(self, msg: Msg) -> None:
+        try:
+            await self._process(msg)
+        except Exception as exc:  # a settlement or dead letter that could not be sent
+            log.warning(
+                "message not settled; it comes back after AckWait",
+                subject=msg.subject,
+                error=repr(exc),
+            )
+
+    async def _process(self, msg: Msg) -> None:
         headers = msg.headers or {}
         template = subject_template(self.topology, msg.subject)
         with process_span(msg.subject, template, headers, self.durable) as span:
@@ -205,6 +238,16 @@ class Consumer:
                 eid = eid or headers.get("Nats-Msg-Id", "")
                 span.set_attribute("error.type", "DecodeError")
                 await self.dead_letters.send(msg, f"cannot decode: {exc}", etype, eid)
+                await msg.term()
+                return
+            expected = self.topology.subject_of(event)
+            if msg.subject != expected:
+                span.set_attribute("error.type", "WrongSubject")
+                reason = (
+                    f"invalid: {events.event_type(event)} {event.id} does not belong on "
+                    f"{msg.subject} (its subject is {expected})"
+                )
+                await self.dead_letters.send(msg, reason, events.event_type(event), event.id)
                 await msg.term()
                 return
             structlog.contextvars.bind_contextvars(

@@ -22,62 +22,71 @@ def inbox_prefix(service: str) -> str:
 
 
 def _consumer(stream: str, durable: str) -> list[str]:
-    """Bind to (or create) one durable pull consumer, fetch from it and ack its messages
-    (both ack subject formats: v1, and 2.14's v2 with domain and account hash)."""
+    """Bind to one durable pull consumer an admin created, fetch from it and ack its
+    messages (both ack subject formats: v1, and 2.14's v2 with domain and account hash).
+    No CREATE: a service can neither create another consumer nor change the filter of
+    its own."""
     return [
         f"$JS.API.CONSUMER.INFO.{stream}.{durable}",
-        f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.>",
-        f"$JS.API.CONSUMER.CREATE.{stream}.{durable}",
-        f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
         f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}",
         f"$JS.ACK.{stream}.{durable}.>",
         f"$JS.ACK.*.*.{stream}.{durable}.>",
     ]
 
 
-def _bucket(bucket: str) -> list[str]:
+def _bucket_read(bucket: str) -> list[str]:
     stream = f"KV_{bucket}"
     return [
-        f"$KV.{bucket}.>",
         f"$JS.API.STREAM.INFO.{stream}",
         f"$JS.API.STREAM.MSG.GET.{stream}",
         f"$JS.API.DIRECT.GET.{stream}.>",
     ]
 
 
-def _follow_state(topology: Topology) -> list[str]:
-    """The state replica: ordered (ephemeral) consumers on STATE, with flow control."""
-    stream = topology.state_stream
+def _bucket(bucket: str) -> list[str]:
+    """Read and write a bucket's keys."""
+    return [f"$KV.{bucket}.>", *_bucket_read(bucket)]
+
+
+def _follow(stream: str) -> list[str]:
+    """Follow a stream with ordered consumers: ephemeral ones only (the server refuses a
+    durable name on this subject), with flow control."""
     return [
         f"$JS.API.STREAM.INFO.{stream}",
         f"$JS.API.CONSUMER.CREATE.{stream}",
-        f"$JS.API.CONSUMER.CREATE.{stream}.>",
-        f"$JS.API.CONSUMER.DELETE.{stream}.>",
         f"$JS.API.CONSUMER.INFO.{stream}.>",
         f"$JS.FC.{stream}.>",
     ]
 
 
 def service_permissions(topology: Topology, service: str) -> dict[str, object]:
-    """``{"publish": {"allow": [...]}, "subscribe": {"allow": [...]}}`` for ``service``."""
+    """``{"publish": {"allow": [...]}, "subscribe": {"allow": [...]}}`` for ``service``.
+
+    ingest    STATE; its consumer; reads the lease (the sim checks fencing tokens)
+    quota     its events; its consumer; the plan records (read, write, follow)
+    victims   its events; its consumer; the plan records (read)
+    actuator  its events; the plan records (read, write, follow); the lease; the sim
+    """
     if service not in SERVICES:
         raise ValueError(f"unknown service {service!r}")
-    publish = [
-        "$JS.API.INFO",
-        topology.dlq_subject(service),
-        *_follow_state(topology),
-    ]
+    plans, leases = topology.plans_bucket, topology.leases_bucket
+    publish = ["$JS.API.INFO", topology.dlq_subject(service), *_follow(topology.state_stream)]
     subscribe = [f"{inbox_prefix(service)}.>"]
     if service == "ingest":
         publish.append(f"{topology.prefix}.state.>")
-        publish += _consumer(topology.decisions_stream, topology.durable(service))
         subscribe.append(f"{topology.prefix}.sim.*")  # the sim cluster answers requests
+        publish += _bucket_read(leases)
     else:
         publish.append(topology.service_wildcard(service))
+    if service != "actuator":
         publish += _consumer(topology.decisions_stream, topology.durable(service))
+    if service == "quota":
+        publish += _bucket(plans) + _follow(f"KV_{plans}")
+    if service == "victims":
+        publish += _bucket_read(plans)
     if service == "actuator":
         publish += [topology.sim_read, topology.sim_evict]
-        publish += _bucket(topology.plans_bucket) + _bucket(topology.leases_bucket)
+        publish += _bucket(plans) + _follow(f"KV_{plans}") + _bucket(leases)
     return {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}
 
 

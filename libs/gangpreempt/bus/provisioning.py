@@ -7,10 +7,12 @@ from nats.js.api import KeyValueConfig, RetentionPolicy, StorageType, StreamConf
 from nats.js.errors import BadRequestError
 from nats.js.kv import KeyValue
 
+from gangpreempt.bus.consumers import SPECS, consumer_config
 from gangpreempt.bus.topology import Topology
 from gangpreempt.config import Settings
 
 DUPLICATE_WINDOW_S = 120.0
+PLAN_HISTORY = 16  # revisions kept per plan record
 
 
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
@@ -63,6 +65,8 @@ async def provision(
     )
     await plans_bucket(js, topology, replicas)
     await leases_bucket(js, topology, lease_ttl, replicas)
+    for service in SPECS:  # created (or brought up to date) here; services only bind
+        await js.add_consumer(topology.decisions_stream, consumer_config(topology, service))
 
 
 async def provision_with(js: JetStreamContext, settings: Settings) -> None:
@@ -76,9 +80,16 @@ async def provision_with(js: JetStreamContext, settings: Settings) -> None:
 
 
 async def plans_bucket(js: JetStreamContext, topology: Topology, replicas: int = 1) -> KeyValue:
-    return await js.create_key_value(
-        KeyValueConfig(bucket=topology.plans_bucket, history=4, replicas=replicas)
-    )
+    """One key per plan: its record (``gangpreempt.planning.records``), with the last
+    revisions kept for people and the chaos checker to read the plan's history."""
+    config = KeyValueConfig(bucket=topology.plans_bucket, history=PLAN_HISTORY, replicas=replicas)
+    try:
+        return await js.create_key_value(config)
+    except BadRequestError:  # exists with an older configuration: bring it up to date
+        info = await js.stream_info(f"KV_{topology.plans_bucket}")
+        info.config.max_msgs_per_subject = PLAN_HISTORY
+        await js.update_stream(info.config)
+        return await js.key_value(topology.plans_bucket)
 
 
 async def leases_bucket(

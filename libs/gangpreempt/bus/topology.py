@@ -29,6 +29,7 @@ EVENT_SUBJECTS: dict[type[events.Event], tuple[str, str]] = {
     events.Admitted: ("quota", "admitted"),
     events.Pending: ("quota", "pending"),
     events.PreemptionRequested: ("quota", "preemption-requested"),
+    events.RequestExpired: ("quota", "request-expired"),
     events.PlanConfirmed: ("quota", "plan-confirmed"),
     events.PlanRejected: ("quota", "plan-rejected"),
     events.PlanProposed: ("victims", "plan-proposed"),

@@ -119,6 +119,10 @@ def _service_options(f: Any) -> Any:
             help="sim: seconds a victim keeps its quota [GANGPREEMPT_TERMINATION_DELAY].",
         ),
         click.option(
+            "--sim-journal",
+            help="sim: journal file; if it exists the sim resumes [GANGPREEMPT_SIM_JOURNAL].",
+        ),
+        click.option(
             "--poll-interval",
             help="ingest: seconds between checks of the manifests [GANGPREEMPT_POLL_INTERVAL].",
         ),
@@ -157,7 +161,8 @@ def _service_options(f: Any) -> Any:
             help="create streams, consumers, buckets at start [GANGPREEMPT_PROVISION].",
         ),
         click.option(
-            "--plan-timeout", help="actuator: seconds a plan may wait [GANGPREEMPT_PLAN_TIMEOUT]."
+            "--plan-timeout",
+            help="quota, actuator: seconds a plan may wait [GANGPREEMPT_PLAN_TIMEOUT].",
         ),
         click.option(
             "--lease-ttl", help="actuator: lease length in seconds [GANGPREEMPT_LEASE_TTL]."

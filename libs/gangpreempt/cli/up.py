@@ -31,6 +31,7 @@ STYLE = {
     "PlanProposed": "cyan",
     "PlanConfirmed": "cyan",
     "PlanRejected": "red",
+    "RequestExpired": "red",
     "PreemptionInfeasible": "red",
     "VictimActuated": "magenta",
     "PlanActuated": "magenta",
@@ -71,8 +72,10 @@ class Tally:
             self.proposed_at[ev.plan_id] = now
             if ev.request_id in self.requested_at:
                 self.step("requested -> proposed", now - self.requested_at[ev.request_id])
-        elif isinstance(ev, events.PreemptionInfeasible):
+        elif isinstance(ev, events.PreemptionInfeasible | events.RequestExpired):
             self.open_requests.discard(ev.request_id)
+        elif isinstance(ev, events.PlanRejected):
+            self.open_requests.discard(self.plan_request.get(ev.plan_id, ""))
         elif isinstance(ev, events.PlanConfirmed):
             self.confirmed_at[ev.plan_id] = now
             if ev.plan_id in self.proposed_at:
@@ -123,6 +126,8 @@ def describe(ev: events.Event) -> tuple[str, str]:
         return ev.preemptor, f"plan {ev.plan_id}: {victims}{placed}"
     if isinstance(ev, events.PreemptionInfeasible):
         return ev.preemptor, ev.message
+    if isinstance(ev, events.RequestExpired):
+        return ev.workload, f"request {ev.request_id} given up: {ev.reason}"
     if isinstance(ev, events.PlanConfirmed):
         return ev.preemptor, f"plan {ev.plan_id}"
     if isinstance(ev, events.PlanRejected | events.PlanDropped):

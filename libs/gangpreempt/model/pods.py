@@ -8,6 +8,7 @@ from datetime import datetime
 
 import msgspec
 
+from gangpreempt.model.bounds import Count, Priority, Quantity
 from gangpreempt.model.scheduling import NodeSelectorRequirement, SchedulingConstraints, Taint
 
 PODS = "pods"  # the pod-count resource every node has in its allocatable
@@ -46,7 +47,7 @@ class LabelSelector(msgspec.Struct, frozen=True):
 
 class Node(msgspec.Struct, frozen=True):
     name: str
-    allocatable: dict[str, int]
+    allocatable: dict[str, Quantity]
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
@@ -59,13 +60,13 @@ class Node(msgspec.Struct, frozen=True):
 class Pod(msgspec.Struct, frozen=True):
     namespace: str
     name: str
-    requests: dict[str, int]
+    requests: dict[str, Quantity]
     uid: str = ""
     resource_version: str = ""
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     node_name: str = ""
     nominated_node: str = ""
-    priority: int | None = None
+    priority: Priority | None = None
     priority_class_name: str = ""
     preemption_policy: str | None = None
     scheduling: SchedulingConstraints = SchedulingConstraints()
@@ -100,7 +101,7 @@ class PodGroup(msgspec.Struct, frozen=True):
 
     namespace: str
     name: str
-    min_count: int
+    min_count: Count
     preemption_mode: str = UNIT_GROUP
     priority_class_name: str = ""
     preemption_priority_class_name: str = ""
@@ -121,7 +122,7 @@ class PodDisruptionBudget(msgspec.Struct, frozen=True):
     namespace: str
     name: str
     selector: LabelSelector
-    disruptions_allowed: int = 0
+    disruptions_allowed: Count = 0
     disrupted_pods: frozenset[str] = frozenset()
 
     @property
@@ -144,8 +145,8 @@ class ElasticQuota(msgspec.Struct, frozen=True):
 
     namespace: str
     name: str
-    min: dict[str, int]
-    max: dict[str, int]
+    min: dict[str, Quantity]
+    max: dict[str, Quantity]
 
     @property
     def key(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
+from gangpreempt.model.bounds import Priority, Quantity
 from gangpreempt.model.scheduling import Taint, Toleration
 
 # Policy vocabularies (v1beta2 names; v1beta1's Borrow / Preempt map to MayStopSearch).
@@ -31,9 +32,9 @@ class ResourceFlavor(msgspec.Struct, frozen=True):
 class ResourceQuota(msgspec.Struct, frozen=True):
     """Quota of one resource in one flavor, as integer amounts (see ``model.quantity``)."""
 
-    nominal: int = 0
-    borrowing_limit: int | None = None
-    lending_limit: int | None = None
+    nominal: Quantity = 0
+    borrowing_limit: Quantity | None = None
+    lending_limit: Quantity | None = None
 
 
 class FlavorQuotas(msgspec.Struct, frozen=True):
@@ -50,7 +51,7 @@ class Preemption(msgspec.Struct, frozen=True):
     within_cluster_queue: str = NEVER
     reclaim_within_cohort: str = NEVER
     borrow_within_cohort: str = NEVER
-    max_priority_threshold: int | None = None
+    max_priority_threshold: Priority | None = None
 
 
 class FlavorFungibility(msgspec.Struct, frozen=True):
@@ -88,16 +89,16 @@ class LocalQueue(msgspec.Struct, frozen=True):
 
 class WorkloadPriorityClass(msgspec.Struct, frozen=True):
     name: str
-    value: int
+    value: Priority
 
 
 class PriorityClass(msgspec.Struct, frozen=True):
     name: str
-    value: int
+    value: Priority
     global_default: bool = False
     preemption_policy: str = "PreemptLowerPriority"
     # Preemption toleration (scheduler-plugins): None when the annotation is absent.
-    minimum_preemptable_priority: int | None = None
+    minimum_preemptable_priority: Priority | None = None
     toleration_seconds: int | None = None
 
 

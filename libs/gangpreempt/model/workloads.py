@@ -7,6 +7,7 @@ from datetime import datetime
 
 import msgspec
 
+from gangpreempt.model.bounds import Count, Priority, Quantity
 from gangpreempt.model.scheduling import SchedulingConstraints
 
 QUOTA_RESERVED = "QuotaReserved"
@@ -21,9 +22,9 @@ PRIORITY_CLASS = "PriorityClass"
 
 class PodSet(msgspec.Struct, frozen=True):
     name: str
-    count: int
-    requests: dict[str, int]  # per pod, integer amounts
-    min_count: int | None = None
+    count: Count
+    requests: dict[str, Quantity]  # per pod, integer amounts
+    min_count: Count | None = None
     scheduling: SchedulingConstraints = SchedulingConstraints()
 
     def total(self, count: int | None = None) -> dict[str, int]:
@@ -34,8 +35,8 @@ class PodSet(msgspec.Struct, frozen=True):
 class PodSetAssignment(msgspec.Struct, frozen=True):
     name: str
     flavors: dict[str, str]
-    resource_usage: dict[str, int]  # total for the pod set
-    count: int
+    resource_usage: dict[str, Quantity]  # total for the pod set
+    count: Count
 
 
 class Admission(msgspec.Struct, frozen=True):
@@ -62,13 +63,13 @@ class Workload(msgspec.Struct, frozen=True):
     uid: str = ""
     resource_version: str = ""
     queue_name: str = ""
-    priority: int | None = None
+    priority: Priority | None = None
     priority_class: PriorityClassRef | None = None
     creation_timestamp: datetime | None = None
     admission: Admission | None = None
     conditions: tuple[Condition, ...] = ()
     active: bool = True
-    reclaimable_pods: dict[str, int] = msgspec.field(default_factory=dict)
+    reclaimable_pods: dict[str, Count] = msgspec.field(default_factory=dict)
 
     @property
     def key(self) -> str:

@@ -1,0 +1,199 @@
+"""quota's answers on plan records: a proposal confirmed or rejected, a request found
+infeasible, and the moves quota owes (a request given up, a plan closed).
+
+A proposal is decided under one lock, and its holds (the ledger's, the nodes') are
+taken before the record write is awaited, so the admission cycle and the next
+proposal already see them; if the write does not go through, the record is read again
+and the holds follow what it says. A proposal whose record is not ``requested`` any
+more (a redelivery, a duplicate, a restart) gets the answer the record already holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+
+import structlog
+
+from gangpreempt import events
+from gangpreempt.bus import Publisher
+from gangpreempt.bus.records import RecordBook, RecordStore, Versioned
+from gangpreempt.errors import Conflict, Transient
+from gangpreempt.planning.records import (
+    CONFIRMED,
+    EXPIRED,
+    INFEASIBLE,
+    QUOTA,
+    REJECTED,
+    REQUESTED,
+    IllegalMove,
+    PlanRecord,
+    advance,
+)
+from services.quota.flights import Flights, Owed
+
+log = structlog.get_logger("gangpreempt.quota")
+
+Check = Callable[[PlanRecord, events.PlanProposed], str | None]
+
+
+class Confirmer:
+    def __init__(
+        self,
+        store: RecordStore,
+        book: RecordBook,
+        flights: Flights,
+        publisher: Publisher,
+        now: Callable[[], datetime],
+        writer: str,
+    ) -> None:
+        self.store = store
+        self.book = book
+        self.flights = flights
+        self.publisher = publisher
+        self.now = now
+        self.writer = writer
+        self.lock = asyncio.Lock()
+        self.creating: dict[str, asyncio.Future[int]] = {}  # plan -> its record's creation
+
+    # -- records quota creates -------------------------------------------------------------
+    def create(self, rec: PlanRecord) -> asyncio.Future[int]:
+        """Write a new request's record (beside the request itself); a proposal for it
+        waits for this write before it reads the record."""
+        future = asyncio.ensure_future(self.store.create(rec))
+        self.creating[rec.plan_id] = future
+
+        def done(f: asyncio.Future[int]) -> None:
+            self.creating.pop(rec.plan_id, None)
+            if not f.cancelled() and f.exception() is None:
+                self.book.learn(rec, f.result())
+
+        future.add_done_callback(done)
+        return future
+
+    async def read(self, plan_id: str) -> Versioned | None:
+        creating = self.creating.get(plan_id)
+        if creating is not None:
+            await asyncio.wait({creating}, timeout=self.store.timeout)
+        return await self.store.get(plan_id)
+
+    async def write(self, rec: PlanRecord, revision: int, to: str, **changes: object) -> PlanRecord:
+        moved = advance(rec, to, by=QUOTA, now=self.now(), writer=self.writer, **changes)
+        self.book.learn(moved, await self.store.put(moved, revision))
+        return moved
+
+    # -- proposals --------------------------------------------------------------------------
+    async def proposed(self, p: events.PlanProposed, check: Check) -> None:
+        async with self.lock:
+            found = await self.read(p.plan_id)
+            if found is None:
+                await self.answer(p, "no preemption request in flight with this id")
+                return
+            rec, revision = found
+            if rec.state != REQUESTED:
+                await self.answer_again(rec, p)
+                return
+            flight = self.flights.by_preemptor.get(rec.flight)
+            reason = (
+                "the preemption request ended while the plan was computed"
+                if flight is None or flight.plan_id != rec.plan_id
+                else check(rec, p)
+            )
+            if reason is not None:
+                rejected = await self.write(rec, revision, REJECTED, reason=reason)
+                self.flights.learn(rejected)
+                await self.answer(p, reason)
+                return
+            confirmed = advance(
+                rec, CONFIRMED, by=QUOTA, now=self.now(), writer=self.writer, proposal=p
+            )
+            self.flights.learn(confirmed)  # the holds, before anything is awaited
+            try:
+                self.book.learn(confirmed, await self.store.put(confirmed, revision))
+            except (Conflict, Transient):
+                again = await self.store.get(p.plan_id)
+                self.flights.learn(again[0] if again is not None else rec)
+                raise Transient(f"plan {p.plan_id}: confirmation not written") from None
+            await self.answer(p, None)
+
+    async def answer_again(self, rec: PlanRecord, p: events.PlanProposed) -> None:
+        """A proposal seen before: the answer the record holds, again (same event id)."""
+        if rec.proposal is not None and rec.proposal.plan_id == p.plan_id:
+            await self.answer(p, None)
+        elif rec.state == REJECTED:
+            await self.answer(p, rec.reason)
+        else:
+            await self.answer(p, f"the preemption request is {rec.state}: {rec.reason}")
+
+    async def answer(self, p: events.PlanProposed, reason: str | None) -> None:
+        now = self.now()
+        if reason is None:
+            event: events.Event = events.PlanConfirmed(
+                id=f"confirmed-{p.plan_id}",
+                occurred_at=now,
+                plan_id=p.plan_id,
+                preemptor=p.preemptor,
+            )
+            log.info("plan confirmed", plan_id=p.plan_id, workload=p.preemptor)
+        else:
+            event = events.PlanRejected(
+                id=f"rejected-{p.plan_id}",
+                occurred_at=now,
+                plan_id=p.plan_id,
+                preemptor=p.preemptor,
+                reason=reason,
+            )
+            log.info("plan rejected", plan_id=p.plan_id, workload=p.preemptor, reason=reason)
+        await self.publisher.publish(event)
+
+    async def infeasible(self, event: events.PreemptionInfeasible, seq: int) -> None:
+        plan_id = events.stable_id("plan", event.request_id)
+        found = await self.read(plan_id)
+        if found is None or found[0].state != REQUESTED:
+            return
+        rec, revision = found
+        try:
+            moved = await self.write(rec, revision, INFEASIBLE, reason=event.message)
+        except Conflict:
+            return  # answered meanwhile
+        self.flights.learn(moved, failed_seq=max(seq, event.state_seq))
+        log.info("preemption infeasible", workload=event.preemptor, reason=event.message)
+
+    # -- moves quota owes --------------------------------------------------------------------
+    async def pay(self, owed: list[Owed]) -> list[Owed]:
+        """Write the moves quota owes; those that could not be written now are returned."""
+        unpaid = []
+        for o in owed:
+
+            def mover(rec: PlanRecord, o: Owed = o) -> PlanRecord | None:
+                if rec.state != o.source:
+                    return None  # moved on: nothing owed any more
+                return advance(
+                    rec, o.target, by=QUOTA, now=self.now(), writer=self.writer, reason=o.reason
+                )
+
+            try:
+                moved = await self.store.move(o.plan_id, mover)
+            except (Transient, IllegalMove) as exc:
+                log.info("record move not written; will retry", plan_id=o.plan_id, error=str(exc))
+                unpaid.append(o)
+                continue
+            if moved is None:
+                continue
+            self.book.learn(*moved)
+            rec = moved[0]
+            if rec.state == EXPIRED and rec.writer == self.writer and rec.reason == o.reason:
+                await self.publisher.publish(
+                    events.RequestExpired(
+                        id=f"expired-{rec.request_id}",
+                        occurred_at=self.now(),
+                        request_id=rec.request_id,
+                        workload=rec.preemptor,
+                        reason=o.reason,
+                    )
+                )
+        return unpaid
+
+
+__all__ = ["Check", "Confirmer"]
