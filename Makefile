@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test lint demo bench clean
+.PHONY: help install test lint demo bench chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -35,6 +35,9 @@ bench: $(STAMP) ## run the benchmarks; figures printed, JSON in bench/results/
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/victims.py
 	$(BIN)/python bench/ingest.py
+
+chaos: $(STAMP) ## the fault-injection suite: 20 runs per fault class, invariants checked
+	$(BIN)/python -m tests.chaos.run --runs 20
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

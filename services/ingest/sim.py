@@ -86,7 +86,9 @@ class SimCluster:
         self.soft_evicted: list[str] = []
         self._timers: set[asyncio.Task[None]] = set()
         # The world changes at once; its STATE events follow in order, as a watch does.
-        self._outbox: asyncio.Queue[events.Event] = asyncio.Queue()
+        self._outbox: asyncio.Queue[tuple[str, str]] = asyncio.Queue()  # (kind, key)
+        self._versions: dict[tuple[str, str], int] = {}  # the version of each change
+        self._deleted_uids: dict[tuple[str, str], str] = {}
         self._writer: asyncio.Task[None] | None = None
         self._acks: set[asyncio.Task[None]] = set()
 
@@ -95,34 +97,68 @@ class SimCluster:
         return datetime.now(UTC)
 
     # -- writes ------------------------------------------------------------------------
+    # The writer publishes, for each changed object, its version in the world *at the time
+    # of sending*, in order of change, without waiting for each ack before the next send.
+    # A send or an ack that fails (NATS away) queues the object again: the version that
+    # goes then is the current one, so the stream never ends on an older version than one
+    # it already stored. ``flush`` waits until every change is stored.
     async def _write(self) -> None:
-        """Send the STATE events one after another, in order, without waiting for each
-        ack before the next send (the acks are awaited beside, so ``flush`` still means
-        every event is stored)."""
         while True:
-            event = await self._outbox.get()
+            item = await self._outbox.get()
+            event = self._event_for(*item)
             try:
                 ack = await self.publisher.send(event)
-            except Exception:
-                log.exception("state event not published", event_id=event.id)
-                self._outbox.task_done()
+            except Exception as exc:
+                log.warning("state event not sent; again", event_id=event.id, error=repr(exc))
+                await asyncio.sleep(0.2)
+                self._again(item)
                 continue
-            waiter = asyncio.ensure_future(self._acked(event, ack))
+            waiter = asyncio.ensure_future(self._acked(item, event, ack))
             self._acks.add(waiter)
             waiter.add_done_callback(self._acks.discard)
 
-    async def _acked(self, event: events.Event, ack: asyncio.Future[Any]) -> None:
+    def _again(self, item: tuple[str, str]) -> None:
+        self._outbox.put_nowait(item)
+        self._outbox.task_done()
+
+    async def _acked(
+        self, item: tuple[str, str], event: events.Event, ack: asyncio.Future[Any]
+    ) -> None:
         try:
             await asyncio.wait_for(ack, self.publisher.ack_timeout)
-        except Exception:
-            log.exception("state event not stored", event_id=event.id)
-        finally:
-            self._outbox.task_done()
+        except Exception as exc:
+            log.warning("state event not stored; again", event_id=event.id, error=repr(exc))
+            await asyncio.sleep(0.2)
+            self._again(item)
+            return
+        self._outbox.task_done()
 
-    def _emit(self, event: events.Event) -> None:
+    def _event_for(self, kind: str, key: str) -> events.Event:
+        """The object's current version as a STATE event (a deletion if it is gone)."""
+        version = self._versions.get((kind, key), 0)
+        obj = kinds.get(self.world, kind, key)
+        if obj is None:
+            return events.ObjectDeleted(
+                id=f"{kind}/{key}@{version}-deleted",
+                occurred_at=self.now(),
+                kind=kind,
+                key=key,
+                uid=self._deleted_uids.get((kind, key), ""),
+            )
+        return events.ObjectUpserted(
+            id=f"{kind}/{key}@{version}",
+            occurred_at=self.now(),
+            kind=kind,
+            key=key,
+            uid=getattr(obj, "uid", ""),
+            resource_version=str(version),
+            body=kinds.encode_object(obj),
+        )
+
+    def _emit(self, kind: str, key: str) -> None:
         if self._writer is None:
             self._writer = asyncio.ensure_future(self._write())
-        self._outbox.put_nowait(event)
+        self._outbox.put_nowait((kind, key))
 
     async def flush(self) -> None:
         await self._outbox.join()
@@ -141,18 +177,8 @@ class SimCluster:
             )
         kinds.put(self.world, obj)
         kind, key = kinds.kind_of(obj), kinds.key_of(obj)
-        uid = getattr(obj, "uid", "")
-        self._emit(
-            events.ObjectUpserted(
-                id=f"{kind}/{key}@{self.rv}",
-                occurred_at=self.now(),
-                kind=kind,
-                key=key,
-                uid=uid,
-                resource_version=str(self.rv),
-                body=kinds.encode_object(obj),
-            )
-        )
+        self._versions[kind, key] = self.rv
+        self._emit(kind, key)
         return obj
 
     async def delete(self, kind: str, key: str) -> None:
@@ -160,15 +186,9 @@ class SimCluster:
         if obj is None:
             return
         self.rv += 1
-        self._emit(
-            events.ObjectDeleted(
-                id=f"{kind}/{key}@{self.rv}-deleted",
-                occurred_at=self.now(),
-                kind=kind,
-                key=key,
-                uid=getattr(obj, "uid", ""),
-            )
-        )
+        self._versions[kind, key] = self.rv
+        self._deleted_uids[kind, key] = getattr(obj, "uid", "")
+        self._emit(kind, key)
 
     async def bind(self, ev: events.Admitted) -> None:
         """kube-scheduler binds the preemptor's pending pods to their nodes."""

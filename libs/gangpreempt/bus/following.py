@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from gangpreempt.waiting import sleep_or_stop
 
@@ -100,16 +100,18 @@ class Follower:
             await self.cb(msg)
 
     async def _subscribe(self, start: int | None) -> None:
-        options: dict[str, Any] = {"deliver_policy": self.deliver_policy}
+        config = ConsumerConfig(deliver_policy=self.deliver_policy)
         if start is not None:
-            options = {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": start}
+            config = ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start
+            )
         self._sub = await self.js.subscribe(
             self.subject,
             cb=self._on_msg,
             ordered_consumer=True,
             idle_heartbeat=HEARTBEAT_S,
             stream=self.stream,
-            **options,
+            config=config,
         )
         self._last_msg = time.monotonic()
 

@@ -1,0 +1,94 @@
+"""The invariants a chaos run must keep, checked on what the run left behind: the
+decisions stream, every revision of every plan record, the sim's eviction journal and
+the lease acquisitions the actuators logged.
+
+1. no victim is evicted twice (the same object and uid, by any plans);
+2. no eviction without a durable confirmation (a ``confirmed`` revision of its plan,
+   and an ``actuating`` one under its token, stored before the eviction);
+3. no eviction for a plan that was durably dropped;
+4. no eviction under a stale token (a newer token acquired before it, or one that is not
+   the lease's when the sim checked);
+5. no ``PlanDropped`` for a plan that has a ``VictimActuated``;
+6. no gang with two actuated plans (a plan duplicated after a restart);
+7. every gang running within the bound after the faults stop.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from gangpreempt import events
+from gangpreempt.planning.records import ACTUATING, CONFIRMED, DROPPED, PlanRecord
+from services.ingest.journal import EvictionEntry
+
+
+@dataclass
+class Revision:
+    at: float  # wall clock, seconds (the stream's timestamp)
+    record: PlanRecord
+
+
+@dataclass
+class Evidence:
+    decisions: list[events.Event] = field(default_factory=list)  # stream order
+    revisions: dict[str, list[Revision]] = field(default_factory=dict)  # plan -> in order
+    evictions: list[EvictionEntry] = field(default_factory=list)
+    acquisitions: list[tuple[float, int]] = field(default_factory=list)  # (at, token)
+    settle_s: float | None = None  # faults end -> every gang running (None: never)
+    bound_s: float = 0.0
+
+
+def violations(ev: Evidence) -> list[str]:
+    out: list[str] = []
+    seen: dict[tuple[str, str], EvictionEntry] = {}
+    for e in ev.evictions:
+        key = (e.ref, e.uid)
+        first = seen.get(key)
+        if first is not None:
+            out.append(
+                f"victim {e.ref} (uid {e.uid}) evicted twice: plans {first.plan_id}, {e.plan_id}"
+            )
+        seen.setdefault(key, e)
+        history = ev.revisions.get(e.plan_id, [])
+        confirmed = [r for r in history if r.record.state == CONFIRMED and r.at <= e.at]
+        actuating = [
+            r
+            for r in history
+            if r.record.state == ACTUATING
+            and r.record.fencing_token == e.fencing_token
+            and r.at <= e.at
+        ]
+        if not confirmed or not actuating:
+            out.append(
+                f"eviction of {e.ref} for plan {e.plan_id} without a durable confirmation "
+                f"(confirmed: {bool(confirmed)}, actuating under token {e.fencing_token}: "
+                f"{bool(actuating)})"
+            )
+        if any(r.record.state == DROPPED for r in history):
+            out.append(f"eviction of {e.ref} for plan {e.plan_id}, which was dropped")
+        newer = [t for at, t in ev.acquisitions if t > e.fencing_token and at < e.at]
+        if newer or e.lease_token != e.fencing_token:
+            out.append(
+                f"eviction of {e.ref} under stale token {e.fencing_token} "
+                f"(lease {e.lease_token}, newer tokens {sorted(newer)})"
+            )
+    actuated_victims = {e.plan_id for e in ev.decisions if isinstance(e, events.VictimActuated)}
+    for e in ev.decisions:
+        if isinstance(e, events.PlanDropped) and e.plan_id in actuated_victims:
+            out.append(f"PlanDropped for plan {e.plan_id}, which has a VictimActuated")
+    actuated: dict[str, set[str]] = defaultdict(set)
+    for e in ev.decisions:
+        if isinstance(e, events.PlanActuated):
+            actuated[e.preemptor].add(e.plan_id)
+    for preemptor, plans in sorted(actuated.items()):
+        if len(plans) > 1:
+            out.append(f"{preemptor} has {len(plans)} actuated plans: {sorted(plans)}")
+    if ev.settle_s is None:
+        out.append("not every gang was running at the end")
+    elif ev.settle_s > ev.bound_s:
+        out.append(f"settled {ev.settle_s:.1f}s after the faults stopped (bound {ev.bound_s}s)")
+    return out
+
+
+__all__ = ["Evidence", "Revision", "violations"]

@@ -1,0 +1,428 @@
+"""One chaos run: a nats-server of its own (restartable on its port and store), the four
+services as processes under a supervisor that restarts any that dies (as Kubernetes
+would), the chaos scenario, faults injected at random moments drawn from a seed, then
+the evidence gathered and checked (``checker``).
+
+Fault classes:
+
+- ``nats``: nats-server SIGKILLed and restarted on the same store after 1-15 s;
+- ``kill``: 1-4 services SIGKILLed at random moments (the actuator possibly at a point
+  inside an actuation: after its record write, after an eviction), restarted;
+- ``pause``: the lease holder SIGSTOPped past its lease while a standby runs, resumed;
+- ``actuators``: two actuators throughout, the holder SIGKILLed once;
+- ``messages``: duplicated events (new message ids, past the stream's deduplication),
+  junk bytes and events on the wrong subject on every subject, invalid state objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from nats.aio.client import Client
+
+from gangpreempt import events
+from gangpreempt.bus import NatsServer, Topology, connected, provision
+from gangpreempt.bus.leasing import parse_lease
+from gangpreempt.bus.records import decode_record
+from gangpreempt.model import kinds
+from gangpreempt.model.workloads import PodSet, Workload
+from gangpreempt.planning.records import ACTUATING, CONFIRMED
+from gangpreempt.replica import StateReplica
+from services.ingest.journal import evictions
+from tests.chaos import scenario
+from tests.chaos.checker import Evidence, Revision, violations
+from tests.e2e.harness import decisions, read_stream
+
+FAULTS = ("nats", "kill", "pause", "actuators", "messages")
+SERVICES = ("ingest", "quota", "victims", "actuator")
+SETTINGS = {
+    "GANGPREEMPT_TERMINATION_DELAY": "1",
+    "GANGPREEMPT_PLAN_TIMEOUT": "4",
+    "GANGPREEMPT_LEASE_TTL": "2",
+    "GANGPREEMPT_CYCLE_DELAY": "0.02",
+    "GANGPREEMPT_POLL_INTERVAL": "0.5",
+    "GANGPREEMPT_LOG_LEVEL": "info",
+}
+LEASE_TTL = 2.0
+BOUND_S = 30.0  # every gang runs within this long after the faults stop (these settings)
+MID_ACTUATION = ("before-actuation", "after-claim", "after-eviction")
+
+
+@dataclass
+class RunResult:
+    fault: str
+    seed: int
+    injected: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    settle_s: float | None = None
+    elapsed_s: float = 0.0
+    plans_actuated: int = 0
+    evictions: int = 0
+    restarts: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+class Process:
+    """One service process, restarted by the supervisor whenever it dies."""
+
+    def __init__(self, name: str, service: str, env: dict[str, str], logs: Path) -> None:
+        self.name = name
+        self.service = service
+        self.env = env
+        self.log = logs / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.extra: dict[str, str] = {}
+        self.paused = False
+        self.starts = 0
+
+    def start(self, extra: dict[str, str] | None = None) -> None:
+        env = dict(self.env)
+        env.update(extra or {})
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gangpreempt.cli", "serve", self.service],
+                env=env,
+                stdout=out,
+                stderr=out,
+            )
+        self.starts += 1
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive:
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.paused:
+            self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class ChaosRun:
+    def __init__(self, fault: str, seed: int, workdir: Path) -> None:
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault class {fault!r}: one of {', '.join(FAULTS)}")
+        self.fault = fault
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.dir = workdir
+        self.topology = Topology("chaos")
+        self.server = NatsServer(str(workdir / "nats"))
+        self.logs = workdir / "logs"
+        self.journal = workdir / "sim-journal.jsonl"
+        self.result = RunResult(fault, seed)
+        self.procs: dict[str, Process] = {}
+        self.supervising = True
+        self.gangs: list[scenario.Gang] = []
+
+    # -- setting up --------------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(SETTINGS)
+        env.update(
+            GANGPREEMPT_NATS_URL=self.server.url,
+            GANGPREEMPT_PREFIX=self.topology.prefix,
+            GANGPREEMPT_SCENARIO=str(self.dir / "scenario"),
+            GANGPREEMPT_SIM_JOURNAL=str(self.journal),
+        )
+        return env
+
+    def note(self, what: str, t0: float) -> None:
+        self.result.injected.append(f"{time.monotonic() - t0:5.1f}s {what}")
+
+    async def supervise(self) -> None:
+        """Restart any service that died (as its Deployment would), after a short wait."""
+        while self.supervising:
+            for p in self.procs.values():
+                if not p.alive and not p.paused:
+                    await asyncio.sleep(self.rng.uniform(0.2, 1.0))
+                    if self.supervising and not p.alive:
+                        p.start()
+                        self.result.restarts += 1
+            await asyncio.sleep(0.1)
+
+    # -- faults ------------------------------------------------------------------------------
+    async def holder(self, nc: Client, timeout: float = 10.0) -> Process | None:
+        """The actuator process that holds the lease now (waiting for one to hold it)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                kv = await nc.jetstream().key_value(self.topology.leases_bucket)
+                parsed = parse_lease((await kv.get("actuator")).value)
+                if parsed is not None:
+                    pid = int(parsed[0].split("-")[-2])
+                    for p in self.procs.values():
+                        if p.proc is not None and p.proc.pid == pid and p.alive:
+                            return p
+            await asyncio.sleep(0.05)
+        return None
+
+    async def inject(self, nc: Client, t0: float) -> None:
+        rng = self.rng
+        if self.fault == "nats":
+            for _ in range(rng.randint(1, 2)):
+                await asyncio.sleep(rng.uniform(0.5, 4.0))
+                down = rng.uniform(1.0, 15.0)
+                self.note(f"nats-server SIGKILL, back after {down:.1f}s", t0)
+                assert self.server.proc is not None
+                self.server.proc.kill()
+                self.server.proc.wait()
+                self.server.proc = None
+                await asyncio.sleep(down)
+                self.server.start()
+                self.note("nats-server restarted", t0)
+        elif self.fault == "kill":
+            for _ in range(rng.randint(1, 4)):
+                await asyncio.sleep(rng.uniform(0.3, 3.0))
+                victim = self.procs[rng.choice(SERVICES)]
+                self.note(f"SIGKILL {victim.name}", t0)
+                victim.signal(signal.SIGKILL)
+        elif self.fault == "pause":
+            for _ in range(rng.randint(1, 2)):
+                await asyncio.sleep(rng.uniform(0.5, 3.0))
+                holder = await self.holder(nc)
+                if holder is None:
+                    continue
+                pause = LEASE_TTL + rng.uniform(1.0, 5.0)
+                self.note(f"SIGSTOP {holder.name} (lease holder) for {pause:.1f}s", t0)
+                holder.paused = True
+                holder.signal(signal.SIGSTOP)
+                await asyncio.sleep(pause)
+                holder.signal(signal.SIGCONT)
+                holder.paused = False
+                self.note(f"SIGCONT {holder.name}", t0)
+        elif self.fault == "actuators":
+            await asyncio.sleep(rng.uniform(0.5, 4.0))
+            holder = await self.holder(nc)
+            if holder is not None:
+                self.note(f"SIGKILL {holder.name} (lease holder)", t0)
+                holder.signal(signal.SIGKILL)
+        elif self.fault == "messages":
+            until = time.monotonic() + rng.uniform(3.0, 6.0)
+            while time.monotonic() < until:
+                await self.bad_message(nc)
+                await asyncio.sleep(rng.uniform(0.05, 0.3))
+            self.note("duplicated, junk, misplaced and invalid messages sent", t0)
+
+    async def bad_message(self, nc: Client) -> None:
+        js = nc.jetstream()
+        topo = self.topology
+        rng = self.rng
+        kind = rng.choice(("duplicate", "duplicate", "junk", "misplaced", "invalid"))
+        subjects = [
+            topo.event_subject(t)
+            for t in sorted(
+                {
+                    t
+                    for t in events.AnyEvent.__args__
+                    if t not in (events.ObjectUpserted, events.ObjectDeleted)
+                },  # type: ignore[attr-defined]
+                key=lambda t: t.__name__,
+            )
+        ]
+        subjects.append(topo.state_subject("Workload", f"chaos/junk-{rng.randint(0, 9)}"))
+        try:
+            if kind == "duplicate":
+                evs = await decisions(nc, topo)
+                if evs:
+                    ev = rng.choice(evs)
+                    await js.publish(
+                        topo.subject_of(ev),
+                        events.encode(ev),
+                        headers={"Nats-Msg-Id": f"dup-{rng.random()}"},
+                    )
+            elif kind == "junk":
+                await js.publish(rng.choice(subjects), rng.randbytes(rng.randint(1, 64)))
+            elif kind == "misplaced":
+                ev = events.Pending(
+                    id=f"misplaced-{rng.random()}",
+                    occurred_at=datetime.now(UTC),
+                    workload="Workload/chaos/g0-a",
+                    uid="",
+                    cluster_queue="q0",
+                    mode="NoFit",
+                    message="misplaced",
+                )
+                await js.publish(rng.choice(subjects), events.encode(ev))
+            else:
+                wl = Workload(
+                    namespace="chaos",
+                    name=f"invalid-{rng.randint(0, 99)}",
+                    queue_name="q0",
+                    priority=5000,
+                    pod_sets=(PodSet("main", -rng.randint(1, 9), {"cpu": -1000}),),
+                )
+                ev = events.ObjectUpserted(
+                    id=f"invalid-{rng.random()}",
+                    occurred_at=datetime.now(UTC),
+                    kind="Workload",
+                    key=wl.key,
+                    body=kinds.encode_object(wl),
+                )
+                await js.publish(topo.subject_of(ev), events.encode(ev))
+        except Exception:
+            pass  # a fault of its own (the stream refused it): nothing to check
+
+    # -- watching ----------------------------------------------------------------------------
+    def running(self, replica: StateReplica) -> bool:
+        state = replica.state
+        for gang in self.gangs:
+            if gang.pods:
+                pods = [state.pods.get(p) for p in gang.pods]
+                if not all(p is not None and p.running and not p.terminating for p in pods):
+                    return False
+            else:
+                wl = state.workloads.get(gang.ref.split("/", 1)[1])
+                if wl is None or not wl.holds_quota:
+                    return False
+        return True
+
+    async def quiet(self, nc: Client, timeout: float = 20.0) -> None:
+        """Until no record is confirmed or actuating: nothing in hand that could still
+        act while the evidence is read."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            busy = [
+                r
+                for r in (await self.records(nc)).values()
+                if r and r[-1].record.state in (CONFIRMED, ACTUATING)
+            ]
+            if not busy:
+                return
+            await asyncio.sleep(0.2)
+
+    async def records(self, nc: Client) -> dict[str, list[Revision]]:
+        out: dict[str, list[Revision]] = {}
+        stream = f"KV_{self.topology.plans_bucket}"
+        for msg in await read_stream(nc, stream, f"$KV.{self.topology.plans_bucket}.>"):
+            if not msg.data:
+                continue
+            rec = decode_record(msg.data)
+            out.setdefault(rec.plan_id, []).append(
+                Revision(msg.metadata.timestamp.timestamp(), rec)
+            )
+        return out
+
+    def acquisitions(self) -> list[tuple[float, int]]:
+        out = []
+        for p in self.procs.values():
+            if p.service != "actuator" or not p.log.exists():
+                continue
+            for line in p.log.read_text(errors="replace").splitlines():
+                if '"lease acquired"' not in line:
+                    continue
+                with contextlib.suppress(ValueError, KeyError):
+                    entry = json.loads(line)
+                    at = datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00"))
+                    out.append((at.timestamp(), int(entry["fencing_token"])))
+        return out
+
+    # -- the run -----------------------------------------------------------------------------
+    async def run(self) -> RunResult:
+        started = time.monotonic()
+        (self.dir / "scenario").mkdir(parents=True)
+        self.logs.mkdir()
+        self.gangs = scenario.write(self.dir / "scenario")
+        self.server.start()
+        async with connected(self.server.url, "chaos") as nc:
+            await provision(nc.jetstream(), self.topology, lease_ttl=LEASE_TTL)
+            env = self.env()
+            for service in SERVICES:
+                self.procs[service] = Process(service, service, env, self.logs)
+            if self.fault in ("pause", "actuators"):
+                self.procs["actuator-2"] = Process("actuator-2", "actuator", env, self.logs)
+            for p in self.procs.values():
+                extra = {}
+                if self.fault == "kill" and p.name == "actuator" and self.rng.random() < 0.5:
+                    point = self.rng.choice(MID_ACTUATION)
+                    extra["GANGPREEMPT_FAULT"] = point
+                    self.result.injected.append(f"  0.0s {p.name} to die at {point}")
+                p.start(extra)
+            replica = StateReplica(nc, self.topology, "chaos")
+            await replica.start()
+            supervisor = asyncio.ensure_future(self.supervise())
+            t0 = time.monotonic()
+            try:
+                await self.inject(nc, t0)
+                faults_end = time.monotonic()
+                deadline = faults_end + BOUND_S + 30
+                while not self.running(replica) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                if self.running(replica):
+                    self.result.settle_s = max(0.0, time.monotonic() - faults_end)
+                await self.quiet(nc)
+            finally:
+                self.supervising = False
+                await supervisor
+            evidence = Evidence(
+                decisions=await decisions(nc, self.topology),
+                revisions=await self.records(nc),
+                evictions=evictions(str(self.journal)),
+                acquisitions=self.acquisitions(),
+                settle_s=self.result.settle_s,
+                bound_s=BOUND_S,
+            )
+            await replica.stop()
+        for p in self.procs.values():
+            p.stop()
+        self.server.stop()
+        self.result.violations = violations(evidence)
+        self.result.plans_actuated = len(
+            {e.plan_id for e in evidence.decisions if isinstance(e, events.PlanActuated)}
+        )
+        self.result.evictions = len(evidence.evictions)
+        self.result.elapsed_s = time.monotonic() - started
+        return self.result
+
+    def cleanup(self) -> None:
+        for p in self.procs.values():
+            p.stop()
+        self.server.stop()
+
+
+async def chaos_run(fault: str, seed: int, workdir: Path) -> RunResult:
+    run = ChaosRun(fault, seed, workdir)
+    try:
+        return await run.run()
+    finally:
+        run.cleanup()
+
+
+def describe(r: RunResult) -> str:
+    settle = f"{r.settle_s:.1f}s" if r.settle_s is not None else "never"
+    head = (
+        f"{r.fault:<9} seed {r.seed:<6} {'ok  ' if r.ok else 'FAIL'} settled {settle:>6} after faults, "
+        f"{r.plans_actuated} plans actuated, {r.evictions} evictions, {r.restarts} restarts, "
+        f"{r.elapsed_s:.0f}s"
+    )
+    lines = [head, *(f"    {i}" for i in r.injected), *(f"    VIOLATION {v}" for v in r.violations)]
+    return "\n".join(lines)
+
+
+__all__ = ["BOUND_S", "FAULTS", "ChaosRun", "RunResult", "chaos_run", "describe"]

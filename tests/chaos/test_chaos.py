@@ -1,0 +1,22 @@
+"""The short chaos suite that ``make test`` runs: one run of each fault class, from a
+fixed seed, every invariant checked (``make chaos`` runs twenty of each)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.harness import FAULTS, chaos_run, describe
+
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
+SEEDS = {"nats": 10, "kill": 11, "pause": 11, "actuators": 10, "messages": 10}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_the_saga_keeps_its_promise_under(fault: str, tmp_path: Path) -> None:
+    result = await chaos_run(fault, SEEDS[fault], tmp_path)
+    print(describe(result))
+    assert result.injected, "no fault was injected"
+    assert result.ok, describe(result)
+    assert result.evictions == result.plans_actuated + 4  # node gangs evict 2 units each
