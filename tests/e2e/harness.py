@@ -4,6 +4,7 @@ they published."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -14,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
 from gangpreempt import events
 from gangpreempt.bus import Topology
+from gangpreempt.bus.leasing import current_token
 from services import simwire
 
 FAST = {
@@ -165,6 +168,71 @@ def of(evs: list[events.Event], kind: type[events.Event], **match: str) -> list[
     ]
 
 
+async def quiet(
+    nc: Client, topology: Topology, seconds: float = 1.0, timeout: float = 30.0
+) -> list[events.Event]:
+    """Until the decisions stream has not grown for ``seconds``: nothing more happens."""
+    js = nc.jetstream()
+    deadline = time.monotonic() + timeout
+    last, since = -1, time.monotonic()
+    while True:
+        seq = (await js.stream_info(topology.decisions_stream)).state.last_seq
+        if seq != last:
+            last, since = seq, time.monotonic()
+        elif time.monotonic() - since >= seconds:
+            return await decisions(nc, topology)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the decisions stream kept growing for {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+async def caught_up(nc: Client, topology: Topology, service: str, timeout: float = 30.0) -> None:
+    """Until ``service``'s consumer has handled and acknowledged everything stored."""
+    js = nc.jetstream()
+    deadline = time.monotonic() + timeout
+    while True:
+        info = await js.consumer_info(topology.decisions_stream, topology.durable(service))
+        if not info.num_pending and not info.num_ack_pending:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{service} did not catch up in {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+async def running(nc: Client, topology: Topology, timeout: float = 30.0) -> None:
+    """Until every service is at work: ingest, quota and victims fetching from their
+    consumers, an actuator holding the lease."""
+    js = nc.jetstream()
+    leases = await js.key_value(topology.leases_bucket)
+    deadline = time.monotonic() + timeout
+    while True:
+        waiting = [
+            (await js.consumer_info(topology.decisions_stream, topology.durable(s))).num_waiting
+            for s in ("ingest", "quota", "victims")
+        ]
+        if all(waiting) and await current_token(leases, "actuator") is not None:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"services not running after {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+async def state_has(
+    nc: Client, topology: Topology, kind: str, key: str, timeout: float = 30.0
+) -> None:
+    """Until the STATE stream holds ``kind`` ``key`` (ingest published it)."""
+    js = nc.jetstream()
+    subject = topology.state_subject(kind, key)
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await js.get_last_msg(topology.state_stream, subject)
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{kind} {key} not in STATE after {timeout}s")
+        await asyncio.sleep(0.05)
+
+
 async def sim_stats(nc: Client, topology: Topology, timeout: float = 30.0) -> simwire.StatsReply:
     """The sim cluster's counters, once ingest answers (it may still be starting)."""
     deadline = time.monotonic() + timeout
@@ -178,4 +246,16 @@ async def sim_stats(nc: Client, topology: Topology, timeout: float = 30.0) -> si
             await asyncio.sleep(0.1)
 
 
-__all__ = ["FAST", "Services", "decisions", "of", "read_stream", "sim_stats", "wait_for"]
+__all__ = [
+    "FAST",
+    "Services",
+    "caught_up",
+    "decisions",
+    "of",
+    "quiet",
+    "read_stream",
+    "running",
+    "sim_stats",
+    "state_has",
+    "wait_for",
+]

@@ -22,9 +22,10 @@ from gangpreempt import events
 from gangpreempt.bus import Publisher, Topology
 from gangpreempt.model import kinds
 from gangpreempt.model.pods import Pod
-from tests.e2e.harness import Services, decisions, of, read_stream, wait_for
+from tests.e2e.harness import Services, decisions, of, read_stream, state_has, wait_for
 from tests.e2e.scenarios import gpu_cluster, kueue_gpu_cluster
 from tests.kube.apiserver import CORE, KUEUE, PLUGINS, ApiServer, Kind
+from tests.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.timeout(90)]
 
@@ -76,7 +77,7 @@ async def test_a_gang_preempts_a_gang_through_the_api_server(
     load(apiserver, scenario_dir / "cluster.yaml")
     services.start(extra=kube_env(apiserver, tmp_path, GANGPREEMPT_POD_EVICTION="delete"))
     services.wait_started()
-    await asyncio.sleep(1.0)
+    await state_has(nc, topology, "Pod", "ml/scavenger-1")  # ingest listed the cluster
     load(apiserver, scenario_dir / "train.yaml")  # the gang arrives
     train = "PodGroup/ml/train"
     evs = await wait_for(
@@ -88,11 +89,7 @@ async def test_a_gang_preempts_a_gang_through_the_api_server(
     deletes = [(p, b) for m, p, b in apiserver.requests if m == "DELETE"]
     assert sorted(p.rsplit("/", 1)[1] for p, _ in deletes) == ["scavenger-0", "scavenger-1"]
     assert all(b["preconditions"]["uid"] for _, b in deletes)
-    for _ in range(50):
-        if not pods_of(apiserver, "scavenger"):
-            break
-        await asyncio.sleep(0.1)
-    assert pods_of(apiserver, "scavenger") == []
+    await until(lambda: not pods_of(apiserver, "scavenger"), 30, "the victim pods gone")
     assert pods_of(apiserver, "train") == ["train-0", "train-1"]  # untouched
     # Events name the plan on each victim pod and on the preemptor.
     evts = list(apiserver.objects[("", "events")].values())
@@ -128,7 +125,7 @@ async def test_a_kueue_workload_is_evicted_through_its_conditions(
     load(apiserver, scenario_dir / "cluster.yaml")
     services.start(extra=kube_env(apiserver, tmp_path))
     services.wait_started()
-    await asyncio.sleep(1.0)
+    await state_has(nc, topology, "Pod", "default/scratch")  # ingest listed the cluster
 
     def kueue_stops_evicted_workloads() -> None:
         """Kueue's part: an Evicted workload's job stops and its quota is released."""

@@ -3,7 +3,6 @@ real nats-server, the sim cluster binding and deleting pods."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,15 @@ from nats.aio.client import Client
 
 from gangpreempt import events
 from gangpreempt.bus import Topology
-from tests.e2e.harness import Services, decisions, of, read_stream, saga_of, sim_stats, wait_for
+from tests.e2e.harness import (
+    Services,
+    of,
+    quiet,
+    read_stream,
+    saga_of,
+    sim_stats,
+    wait_for,
+)
 from tests.e2e.scenarios import gpu_cluster, kueue_gpu_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -68,8 +75,7 @@ async def test_gang_that_cannot_be_placed_preempts_nothing(
         lambda e: bool(of(e, events.Pending, workload=TRAIN)),
         what="the training gang pending",
     )
-    await asyncio.sleep(1.0)  # nothing else happens
-    evs = await decisions(nc, topology)
+    evs = await quiet(nc, topology, 1.0)  # and then nothing else happens
     assert not of(evs, events.PreemptionRequested)
     assert not of(evs, events.VictimActuated)
     (pending, *_) = of(evs, events.Pending, workload=TRAIN)

@@ -15,7 +15,17 @@ from gangpreempt import events
 from gangpreempt.bus import Topology
 from gangpreempt.model import kinds
 from gangpreempt.model.workloads import PodSet, Workload
-from tests.e2e.harness import Services, decisions, of, read_stream, saga_of, sim_stats, wait_for
+from tests.e2e.harness import (
+    Services,
+    caught_up,
+    decisions,
+    of,
+    read_stream,
+    running,
+    saga_of,
+    sim_stats,
+    wait_for,
+)
 from tests.e2e.scenarios import full_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -125,7 +135,8 @@ async def test_duplicated_request_actuates_each_victim_once(
             headers={"Nats-Msg-Id": f"again-{i}"},
         )
     evs = await wait_for(nc, topology, lambda e: admitted(e, GANG), what="the gang admitted")
-    await asyncio.sleep(1.5)
+    for service in ("victims", "quota"):  # every copy of the request answered, or not
+        await caught_up(nc, topology, service)
     evs = await decisions(nc, topology)
     assert len(of(evs, events.PreemptionRequested)) == 4
     assert len(of(evs, events.PlanProposed)) == 1  # same request id -> same plan id -> deduplicated
@@ -229,6 +240,6 @@ async def test_sigterm_stops_every_service_cleanly(
     full_cluster(scenario_dir, gang_at=None)
     services.start()
     await asyncio.to_thread(services.wait_started)
-    await asyncio.sleep(0.5)  # running, not just started
+    await running(nc, topology)  # at work, not just started
     codes = services.stop()
     assert codes == {"ingest": 0, "quota": 0, "victims": 0, "actuator": 0}

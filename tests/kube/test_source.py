@@ -15,6 +15,7 @@ from services.ingest.kubernetes import KubeSource
 from services.kube.access import ACCESS, GANG_WORKLOADS, KUEUE_WORKLOADS, NODES, PODS
 from tests.kube.apiserver import CORE, KUEUE, PLUGINS, ApiServer, Kind
 from tests.kube.objects import node, pod
+from tests.waiting import until
 
 pytestmark = pytest.mark.kube
 
@@ -116,7 +117,7 @@ async def test_watch_resumes_from_bookmarks_and_relists_on_410(
     source, published, stop, task = await running(apiserver, tmp_path)
     try:
         await published.until(lambda: "Node/node-0" in published.live)
-        await asyncio.sleep(0.5)  # bookmarks flow (every 0.2 s)
+        await until(lambda: apiserver.bookmarks_sent, what="a bookmark")
         lists_before = source.store.relists
         # The server forgets its history and drops the watches: the reflectors come back
         # with a version that is gone, get 410, and list again.
@@ -130,8 +131,9 @@ async def test_watch_resumes_from_bookmarks_and_relists_on_410(
         # A watch ended by the server (not expired) resumes without a relist, from the
         # last version it saw (a bookmark's or an event's).
         lists = source.store.relists
+        watches = len(apiserver.watch_versions)
         apiserver.close_watches()
-        await asyncio.sleep(0.3)
+        await until(lambda: len(apiserver.watch_versions) > watches, what="the watches back")
         apiserver.put(node("node-2"))
         await published.until(lambda: "Node/node-2" in published.live)
         assert source.store.relists == lists
@@ -210,12 +212,16 @@ async def test_the_access_table_is_what_ingest_calls(tmp_path) -> None:
     await server.start()
     try:
         _source, published, stop, task = await running(server, tmp_path)
+        granted = {(r.group, r.plural, v) for r, verbs in ACCESS["ingest"].items() for v in verbs}
+
+        def calls() -> set[tuple[str, str, str]]:
+            return {(g, res, verb) for verb, g, res in server.calls}
+
         try:
             await published.until(lambda: bool(published.batches))
-            await asyncio.sleep(0.3)  # the watches are open
+            await until(lambda: calls() >= granted, what="every granted call made")
         finally:
             await stopped(stop, task)
     finally:
         await server.stop()
-    granted = {(r.group, r.plural, v) for r, verbs in ACCESS["ingest"].items() for v in verbs}
-    assert {(g, res, verb) for verb, g, res in server.calls} == granted
+    assert calls() == granted
