@@ -13,12 +13,13 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from nats.aio.client import Client
 
 from gangpreempt.bus import Consumer, Publisher, Topology, connected_with, provision_with
+from gangpreempt.bus.connecting import Stopped, persevering
 from gangpreempt.bus.consumers import consumer_subjects
 from gangpreempt.bus.consuming import Handler
 from gangpreempt.bus.permissions import inbox_prefix
@@ -28,6 +29,7 @@ from gangpreempt.waiting import sleep_or_stop
 from services.health import health_endpoint
 
 log = structlog.get_logger("gangpreempt.service")
+T = TypeVar("T")
 
 
 def fault(point: str) -> None:
@@ -54,6 +56,10 @@ class ServiceContext:
     @staticmethod
     def now() -> datetime:
         return datetime.now(UTC)
+
+    async def persevering(self, what: str, step: Callable[[], Awaitable[T]]) -> T:
+        """``step()`` until it succeeds (NATS may be away while the service starts)."""
+        return await persevering(self.stop, what, step)
 
     def decisions_consumer(self, handler: Handler, **options: Any) -> Consumer:
         """This service's durable consumer on the decisions stream (``bus.consumers``:
@@ -104,15 +110,21 @@ async def _run_service(service: str, settings: Settings, main: Main) -> None:
         async with (
             health_endpoint(settings.health_port, is_ready),
             connected_with(
-                settings, f"gangpreempt-{service}", inbox_prefix=inbox_prefix(service)
+                settings,
+                f"gangpreempt-{service}",
+                inbox_prefix=inbox_prefix(service),
+                patience=None,
+                stop=stop,
             ) as nc,
         ):
             ctx = ServiceContext(service, settings, nc, stop)
             if settings.provision:
-                await provision_with(ctx.js, settings)
+                await persevering(stop, "provision", lambda: provision_with(ctx.js, settings))
             log.info("started", prefix=settings.prefix, nats=settings.nats_url)
             ready.append(ctx)
             await main(ctx)
+    except Stopped as exc:
+        log.info("stopped before it started", reason=str(exc))
     finally:
         shutdown_tracing()
         log.info("stopped")

@@ -160,18 +160,25 @@ class Actuator:
     def lease_invalid(self) -> bool:
         return self.lease is None or not self.lease.valid()
 
-    async def _run(self) -> None:
+    async def buckets(self) -> tuple[KeyValue, KeyValue]:
         ctx = self.ctx
         if ctx.settings.provision:
             replicas = ctx.settings.stream_replicas
-            kv = await plans_bucket(ctx.js, ctx.topology, replicas)
-            self.leases = await leases_bucket(
-                ctx.js, ctx.topology, ctx.settings.lease_ttl, replicas
+            return (
+                await plans_bucket(ctx.js, ctx.topology, replicas),
+                await leases_bucket(ctx.js, ctx.topology, ctx.settings.lease_ttl, replicas),
             )
-        else:  # provisioned by an admin: bind, do not create
-            kv = await ctx.js.key_value(ctx.topology.plans_bucket)
-            self.leases = await ctx.js.key_value(ctx.topology.leases_bucket)
-        lease = self.lease = Lease(self.leases, LEASE_KEY, self.holder, ctx.settings.lease_ttl)
+        # provisioned by an admin: bind, do not create
+        return (
+            await ctx.js.key_value(ctx.topology.plans_bucket),
+            await ctx.js.key_value(ctx.topology.leases_bucket),
+        )
+
+    async def _run(self) -> None:
+        ctx = self.ctx
+        kv, leases = await ctx.persevering("bind the buckets", self.buckets)
+        self.leases = leases
+        lease = self.lease = Lease(leases, LEASE_KEY, self.holder, ctx.settings.lease_ttl)
         self.driver = Driver(
             RecordStore(kv),
             self.book,
@@ -184,8 +191,8 @@ class Actuator:
             ctx.settings.pod_eviction,
             ctx.settings.plan_timeout,
         )
-        await self.replica.start()
-        await self.book.start()
+        await ctx.persevering("follow the cluster state", self.replica.start)
+        await ctx.persevering("read the plan records", self.book.start)
         try:
             while not ctx.stop.is_set():
                 if await lease.acquire(ctx.stop) is None:

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 import structlog
 from nats.aio.msg import Msg
+from nats.js.kv import KeyValue
 
 from gangpreempt import events
 from gangpreempt.bus import leases_bucket
@@ -136,7 +137,11 @@ class Ingest:
 
     async def watch(self) -> None:
         while not await sleep_or_stop(self.ctx.stop, self.ctx.settings.poll_interval):
-            await self.publish_changes()
+            try:
+                await self.publish_changes()
+            except Exception as exc:  # NATS away: everything is published again next time
+                log.warning("manifests not published; will retry", error=repr(exc))
+                self.source.forget()
 
     # -- decisions (sim) -----------------------------------------------------------------
     async def on_event(self, event: Any, _delivery: Delivery) -> None:
@@ -208,9 +213,12 @@ class Ingest:
             await msg.respond(simwire.encode(self.sim.stats()))
 
         subs = [
-            await nc.subscribe(topo.sim_read, cb=on_read),
-            await nc.subscribe(topo.sim_evict, cb=on_evict),
-            await nc.subscribe(topo.sim_stats, cb=on_stats),
+            await nc.subscribe(subject, cb=cb)
+            for subject, cb in (
+                (topo.sim_read, on_read),
+                (topo.sim_evict, on_evict),
+                (topo.sim_stats, on_stats),
+            )
         ]
         await self.ctx.stop.wait()
         for sub in subs:
@@ -221,24 +229,26 @@ class Ingest:
         await self.replica.caught_up()
         return {(kinds.kind_of(o), kinds.key_of(o)) for o in kinds.objects(self.replica.state)}
 
+    async def leases(self) -> KeyValue:
+        ctx = self.ctx
+        if ctx.settings.provision:
+            return await leases_bucket(
+                ctx.js, ctx.topology, ctx.settings.lease_ttl, ctx.settings.stream_replicas
+            )
+        return await ctx.js.key_value(ctx.topology.leases_bucket)
+
     async def start_sim(self, sim: SimCluster) -> None:
         """Publish the scenario, or take up the world a previous run left (journal)."""
         ctx = self.ctx
-        sim.leases = (
-            await leases_bucket(
-                ctx.js, ctx.topology, ctx.settings.lease_ttl, ctx.settings.stream_replicas
-            )
-            if ctx.settings.provision
-            else await ctx.js.key_value(ctx.topology.leases_bucket)
-        )
+        sim.leases = await ctx.persevering("bind the leases bucket", self.leases)
         if self.journal is not None and self.journal.exists():
             lines = self.journal.lines()
             start = next((line.start for line in lines if line.start is not None), time.time())
             self.started = time.monotonic() - (time.time() - start)
             self.fired = {line.fired for line in lines if line.fired is not None}
             replica = StateReplica(ctx.nc, ctx.topology, "ingest")
-            await replica.start()
-            last = await replica.caught_up(timeout=30)
+            await ctx.persevering("follow the cluster state", replica.start)
+            last = await ctx.persevering("read the cluster state", replica.caught_up)
             await replica.stop()
             await sim.restore(replica.state, last)
             self.source.changes(force=True)  # the files as they are now: the baseline
@@ -249,14 +259,15 @@ class Ingest:
         await sim.flush()  # the starting state is on the bus before anything else
 
     async def run(self) -> None:
+        ctx = self.ctx
         if self.kube is not None:
-            await self.replica.start()
-            await self.kube.run(self.ctx.stop, self.publish)
+            await ctx.persevering("follow the cluster state", self.replica.start)
+            await self.kube.run(ctx.stop, self.publish)
             return
         if self.sim is not None:
             await self.start_sim(self.sim)
         else:
-            await self.publish_changes(force=True)
+            await ctx.persevering("publish the manifests", lambda: self.publish_changes(force=True))
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.watch())
             if self.sim is not None:

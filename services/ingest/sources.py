@@ -55,6 +55,11 @@ class ManifestSource:
             log.warning("manifest warning", warning=warning)
         return loaded.state
 
+    def forget(self) -> None:
+        """The last changes did not reach the bus: the next poll finds them again."""
+        self._fingerprint = self._seen = ()
+        self.differ.rollback()
+
     def changes(self, force: bool = False) -> tuple[list[Any], list[tuple[str, str]]] | None:
         """(upserted objects, deleted (kind, key)) since the last call, or None when the
         files did not change. A manifest error is logged and the last good state kept (at
@@ -89,6 +94,11 @@ class Differ:
         # The objects last shown: the same (frozen) object again is unchanged, not
         # encoded again (the kubernetes source's cache hands back the same objects).
         self._objects: dict[tuple[str, str], Any] = {}
+        self._previous: tuple[dict[tuple[str, str], bytes], dict[tuple[str, str], Any]] = ({}, {})
+
+    def rollback(self) -> None:
+        """Back to the state shown before the last ``diff``."""
+        self._bodies, self._objects = self._previous
 
     def keys(self) -> set[tuple[str, str]]:
         """(kind, key) of every object of the last state shown."""
@@ -113,6 +123,7 @@ class Differ:
             if everything or self._bodies.get(k) != body:
                 upserts.append(obj)
         deletes = [k for k in self._bodies if k not in bodies]
+        self._previous = (self._bodies, self._objects)
         self._bodies = bodies
         self._objects = objects
         # Queues and flavors first, then workloads holding quota, then pending ones: a

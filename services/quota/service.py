@@ -375,7 +375,10 @@ class Quota:
         ) or self.nodes.check_kueue(state, p)
 
     async def run(self) -> None:
-        kv = await self.ctx.js.key_value(self.ctx.topology.plans_bucket)
+        ctx = self.ctx
+        kv = await ctx.persevering(
+            "bind the plans bucket", lambda: ctx.js.key_value(ctx.topology.plans_bucket)
+        )
         self.confirmer = Confirmer(
             RecordStore(kv),
             self.book,
@@ -384,8 +387,9 @@ class Quota:
             self.ctx.now,
             f"quota/{self.instance}",
         )
-        await self.live.start()
-        await self.book.start()  # the flights and their holds, as the records say
+        await ctx.persevering("rebuild the cluster state", self.live.start)
+        # the flights and their holds, as the records say
+        await ctx.persevering("rebuild the flights", self.book.start)
         log.info("flights rebuilt from the plan records", flights=len(self.flights.by_preemptor))
         self.dirty.set()
         try:

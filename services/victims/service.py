@@ -154,9 +154,12 @@ class Victims:
         )
 
     async def run(self) -> None:
-        kv = await self.ctx.js.key_value(self.ctx.topology.plans_bucket)
+        ctx = self.ctx
+        kv = await ctx.persevering(
+            "bind the plans bucket", lambda: ctx.js.key_value(ctx.topology.plans_bucket)
+        )
         self.store = RecordStore(kv)
-        await self.live.start()
+        await ctx.persevering("rebuild the cluster state", self.live.start)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.consumer.run(self.ctx.stop))
 

@@ -44,3 +44,8 @@ def test_up_plays_the_demo_scenario_until_settled(tmp_path: Path) -> None:
     )
     assert "Admitted Workload/ml/gang-2" in text
     assert "actuated -> admitted" in text  # the summary has the time of each step
+    # ...and the life of each plan's durable record.
+    assert re.search(
+        r"Workload/ml/gang-1: requested > confirmed > actuating \(token \d+\) > actuated", text
+    )
+    assert re.search(r"Workload/ml/gang-2: requested > (confirmed > dropped|rejected)", text)

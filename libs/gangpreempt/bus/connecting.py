@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import nats
+import nats.errors
 import structlog
 from nats.aio.client import Client
 
@@ -16,6 +17,7 @@ from gangpreempt.config import Settings
 from gangpreempt.errors import Transient
 
 log = structlog.get_logger("gangpreempt.bus")
+T = TypeVar("T")
 
 
 async def wait_for_port(url: str, timeout: float = 10.0) -> None:
@@ -37,9 +39,18 @@ async def wait_for_port(url: str, timeout: float = 10.0) -> None:
 
 @contextlib.asynccontextmanager
 async def connected(
-    url: str, name: str, *, user: str | None = None, password: str | None = None, **options: Any
+    url: str,
+    name: str,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    patience: float | None = 10.0,
+    stop: asyncio.Event | None = None,
+    **options: Any,
 ) -> AsyncIterator[Client]:
-    """An open NATS connection, drained on exit."""
+    """An open NATS connection, drained on exit. With ``patience`` None it waits for
+    NATS as long as it takes (a service started while NATS is down waits for it), or
+    until ``stop`` is set (``Stopped``)."""
 
     async def error_cb(exc: Exception) -> None:
         log.error("nats error", error=str(exc), error_type=type(exc).__name__)
@@ -50,18 +61,33 @@ async def connected(
     async def reconnected_cb() -> None:
         log.info("nats reconnected")
 
-    await wait_for_port(url)
-    nc = await nats.connect(
-        url,
-        name=name,
-        user=user,
-        password=password,
-        error_cb=error_cb,
-        disconnected_cb=disconnected_cb,
-        reconnected_cb=reconnected_cb,
-        max_reconnect_attempts=-1,
-        **options,
-    )
+    while True:
+        if stop is not None and stop.is_set():
+            raise Stopped("stopped while waiting for NATS")
+        try:
+            await wait_for_port(url, patience if patience is not None else 1.0)
+        except Transient:
+            if patience is not None:
+                raise
+            continue
+        try:
+            nc = await nats.connect(
+                url,
+                name=name,
+                user=user,
+                password=password,
+                error_cb=error_cb,
+                disconnected_cb=disconnected_cb,
+                reconnected_cb=reconnected_cb,
+                max_reconnect_attempts=-1,
+                **{"reconnect_time_wait": 0.5, **options},
+            )
+            break
+        except (OSError, nats.errors.Error) as exc:  # gone again between the two
+            if patience is not None:
+                raise
+            log.warning("NATS not reachable yet; waiting", error=repr(exc))
+            await asyncio.sleep(0.5)
     try:
         yield nc
     finally:
@@ -83,4 +109,24 @@ def connected_with(
     )
 
 
-__all__ = ["connected", "connected_with", "wait_for_port"]
+async def persevering(stop: asyncio.Event, what: str, step: Callable[[], Awaitable[T]]) -> T:
+    """``step()`` again and again until it succeeds (NATS may be away while a service
+    starts: it waits instead of dying), or ``Stopped`` once ``stop`` is set."""
+    delay = 0.2
+    while True:
+        if stop.is_set():
+            raise Stopped(f"stopped while waiting to {what}")
+        try:
+            return await step()
+        except Exception as exc:
+            log.warning("not done yet; retrying", what=what, error=repr(exc))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        delay = min(2.0, delay * 2)
+
+
+class Stopped(Exception):
+    """A stop was requested while a service was still starting."""
+
+
+__all__ = ["Stopped", "connected", "connected_with", "persevering", "wait_for_port"]

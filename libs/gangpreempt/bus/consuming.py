@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
+import nats.errors
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -263,7 +264,8 @@ class Consumer:
                 )
                 await msg.term()
                 return
-            except Transient as exc:
+            except (Transient, TimeoutError, nats.errors.Error, OSError) as exc:
+                # NATS away or slow counts as transient: retried, never dead-lettered.
                 span.set_attribute("error.type", "Transient")
                 log.info("transient failure, will retry", error=str(exc))
                 await msg.nak(delay=backoff(delivery.num_delivered))

@@ -74,8 +74,12 @@ class Follower:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self._subscribe(None)
-        self._task = asyncio.ensure_future(self._watch())
+        """Subscribe (once: a start that is retried after a failure does not subscribe
+        twice)."""
+        if self._sub is None:
+            await self._subscribe(None)
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._watch())
 
     async def stop(self) -> None:
         self._stop.set()

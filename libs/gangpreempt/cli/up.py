@@ -16,15 +16,20 @@ from dataclasses import dataclass, field
 
 import msgspec
 from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
 from rich.console import Console
 
 from gangpreempt import events
 from gangpreempt.bus import SERVICES, NatsServer, Topology, connected_with, follow, provision_with
 from gangpreempt.bus.permissions import ADMIN, server_authorization
+from gangpreempt.bus.records import decode_record
 from gangpreempt.config import Settings, env_name
+from gangpreempt.planning.records import ACTUATED, ACTUATING, DROPPED, PlanRecord
 from gangpreempt.telemetry import setup_logging
 from gangpreempt.waiting import sleep_or_stop
 
+CRASH_LOOP_S = 5.0
+CRASH_LOOP_RUNS = 3
 STYLE = {
     "Admitted": "green",
     "PreemptionRequested": "yellow",
@@ -55,6 +60,16 @@ class Tally:
     confirmed_at: dict[str, float] = field(default_factory=dict)
     actuated_at: dict[str, float] = field(default_factory=dict)  # preemptor -> time
     waiting_admission: set[str] = field(default_factory=set)
+    # plan id -> (preemptor, the states its durable record went through)
+    records: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+
+    def record(self, rec: PlanRecord) -> None:
+        state = rec.state
+        if state in (ACTUATING, ACTUATED, DROPPED) and rec.fencing_token:
+            state = f"{state} (token {rec.fencing_token})"
+        _, states = self.records.setdefault(rec.plan_id, (rec.preemptor, []))
+        if not states or states[-1] != state:
+            states.append(state)
 
     def step(self, name: str, seconds: float) -> None:
         self.steps.setdefault(name, []).append(seconds)
@@ -157,6 +172,10 @@ def summary(console: Console, tally: Tally) -> None:
             f"  {name:<24} median {statistics.median(values) * 1e3:8.1f} ms   "
             f"max {max(values) * 1e3:8.1f} ms   (n={len(values)})"
         )
+    if tally.records:
+        console.print("plan records (each moved forward by compare-and-set):")
+        for plan_id, (preemptor, states) in tally.records.items():
+            console.print(f"  {plan_id[:8]} {preemptor}: {' > '.join(states)}", highlight=False)
 
 
 async def _live_view(
@@ -187,9 +206,22 @@ async def _live_view(
                 highlight=False,
             )
 
+        async def on_record(msg: Msg) -> None:
+            if msg.data:
+                with contextlib.suppress(Exception):
+                    tally.record(decode_record(msg.data))
+
         sub = await follow(nc, f"{topology.prefix}.*.*", topology.decisions_stream, on_msg)
+        records = await follow(
+            nc,
+            f"$KV.{topology.plans_bucket}.>",
+            f"KV_{topology.plans_bucket}",
+            on_record,
+            DeliverPolicy.ALL,
+        )
         await stop.wait()
         await sub.unsubscribe()
+        await records.unsubscribe()
 
 
 async def run_up(
@@ -245,32 +277,54 @@ async def run_up(
         await view  # raises what stopped it
     await asyncio.sleep(0.1)
     procs: dict[str, asyncio.subprocess.Process] = {}
+    started: dict[str, float] = {}
+    quick_exits: dict[str, int] = {}  # exits in a row within CRASH_LOOP_S of a start
+    failed = False
+
+    async def start(service: str) -> None:
+        log_file = open(os.path.join(logs, f"{service}.log"), "ab")  # noqa: SIM115
+        service_env = dict(env)
+        if passwords:
+            service_env[env_name("nats_user")] = service
+            service_env[env_name("nats_password")] = passwords[service]
+        procs[service] = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gangpreempt.cli",
+            "serve",
+            service,
+            env=service_env,
+            stdout=log_file,
+            stderr=log_file,
+        )
+        log_file.close()
+        started[service] = time.monotonic()
+
     try:
         for service in SERVICES:
-            log_file = open(os.path.join(logs, f"{service}.log"), "ab")  # noqa: SIM115
-            service_env = dict(env)
-            if passwords:
-                service_env[env_name("nats_user")] = service
-                service_env[env_name("nats_password")] = passwords[service]
-            procs[service] = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "gangpreempt.cli",
-                "serve",
-                service,
-                env=service_env,
-                stdout=log_file,
-                stderr=log_file,
-            )
-            log_file.close()
+            await start(service)
         console.print(f"services started: {', '.join(SERVICES)} (logs in {logs}); Ctrl-C stops")
         deadline = time.monotonic() + timeout
         quiet = max(2.0, settings.termination_delay + 1.5)
         while not stop.is_set():
             await sleep_or_stop(stop, 0.25)
-            dead = [s for s, p in procs.items() if p.returncode is not None]
-            if dead:
-                console.print(f"[red]service exited: {', '.join(dead)} (see {logs})[/red]")
+            # A service that dies is started again, as its Deployment would be; one that
+            # keeps dying at start (a bad setting) stops everything.
+            for service, p in list(procs.items()):
+                if p.returncode is None or stop.is_set():
+                    continue
+                quick = time.monotonic() - started[service] < CRASH_LOOP_S
+                quick_exits[service] = quick_exits.get(service, 0) + 1 if quick else 0
+                if quick_exits[service] >= CRASH_LOOP_RUNS:
+                    console.print(f"[red]service {service} keeps exiting (see {logs})[/red]")
+                    failed = True
+                    stop.set()
+                    break
+                console.print(
+                    f"[red]service {service} exited ({p.returncode}); starting it again[/red]"
+                )
+                await start(service)
+            if failed:
                 break
             if until_settled and (tally.settled(quiet) or time.monotonic() > deadline):
                 if time.monotonic() > deadline:
@@ -293,8 +347,8 @@ async def run_up(
         if tmp is not None:
             tmp.cleanup()
     summary(console, tally)
-    failed = [s for s, p in procs.items() if p.returncode not in (0, -signal.SIGTERM)]
-    return 1 if failed else 0
+    unclean = [s for s, p in procs.items() if p.returncode not in (0, -signal.SIGTERM)]
+    return 1 if failed or unclean else 0
 
 
 __all__ = ["run_up"]
