@@ -34,10 +34,17 @@ T = TypeVar("T")
 
 def fault(point: str) -> None:
     """Test hook: ``GANGPREEMPT_FAULT=<point>`` kills this process with SIGKILL the first
-    time it reaches ``point`` (the chaos and e2e tests use it to crash mid-saga)."""
-    if os.environ.get("GANGPREEMPT_FAULT") == point:
+    time it reaches ``point``, ``GANGPREEMPT_FAULT=pause:<point>`` stops it there with
+    SIGSTOP (until someone sends SIGCONT): the chaos and e2e tests crash or pause a
+    service mid-saga with it."""
+    wanted = os.environ.get("GANGPREEMPT_FAULT", "")
+    if wanted == point:
         log.warning("fault injected: SIGKILL", point=point)
         os.kill(os.getpid(), signal.SIGKILL)
+    elif wanted == f"pause:{point}":
+        os.environ.pop("GANGPREEMPT_FAULT")  # once
+        log.warning("fault injected: SIGSTOP", point=point)
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 class ServiceContext:

@@ -11,9 +11,9 @@ and is published to STATE. Evictions carry preconditions (uid) and a fencing tok
 sim reads the actuator's lease itself and refuses a token that is not the current
 holder's (and one lower than any it has seen).
 
-An eviction is written to the journal (``services.ingest.journal``) before it is applied
-and answered only once its STATE change is stored, as an API server answers once etcd
-has the write; a restarted sim rebuilds its world from STATE and the journal.
+An eviction is written to the journal (``services.ingest.journal``) before it is applied;
+a restarted sim rebuilds its world from STATE and the journal, applying again any
+eviction STATE did not get (as an API server answers a write once its store has it).
 """
 
 from __future__ import annotations
@@ -272,12 +272,12 @@ class SimCluster:
             )
 
     async def evict(self, req: EvictRequest) -> EvictReply:
+        """An eviction is journaled before it is applied: a restarted sim applies it
+        again if STATE did not get it (without a journal, a restart starts anew)."""
         refusal = await self.fence(req)
         if refusal is not None:
             return refusal
-        reply = await self._evict(req)
-        await self.flush()  # answered once the change is stored, as an API server does
-        return reply
+        return await self._evict(req)
 
     async def _evict(self, req: EvictRequest) -> EvictReply:
         if req.pods and not req.ref.startswith("Workload/"):

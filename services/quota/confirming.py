@@ -85,46 +85,47 @@ class Confirmer:
 
     # -- proposals --------------------------------------------------------------------------
     async def proposed(self, p: events.PlanProposed, check: Check) -> None:
-        async with self.lock:
-            found = await self.read(p.plan_id)
-            if found is None:
-                await self.answer(p, "no preemption request in flight with this id")
-                return
-            rec, revision = found
-            if rec.state != REQUESTED:
-                await self.answer_again(rec, p)
-                return
-            flight = self.flights.by_preemptor.get(rec.flight)
-            reason = (
-                "the preemption request ended while the plan was computed"
-                if flight is None or flight.plan_id != rec.plan_id
-                else check(rec, p)
-            )
-            if reason is not None:
-                rejected = await self.write(rec, revision, REJECTED, reason=reason)
-                self.flights.learn(rejected)
-                await self.answer(p, reason)
-                return
-            confirmed = advance(
-                rec, CONFIRMED, by=QUOTA, now=self.now(), writer=self.writer, proposal=p
-            )
-            self.flights.learn(confirmed)  # the holds, before anything is awaited
-            try:
-                self.book.learn(confirmed, await self.store.put(confirmed, revision))
-            except (Conflict, Transient):
-                again = await self.store.get(p.plan_id)
-                self.flights.learn(again[0] if again is not None else rec)
-                raise Transient(f"plan {p.plan_id}: confirmation not written") from None
-            await self.answer(p, None)
+        async with self.lock:  # one decision at a time; the answer goes out after
+            reason = await self.decide(p, check)
+        await self.answer(p, reason)
 
-    async def answer_again(self, rec: PlanRecord, p: events.PlanProposed) -> None:
+    async def decide(self, p: events.PlanProposed, check: Check) -> str | None:
+        """Confirm or reject on the record: why it is rejected, or None (confirmed)."""
+        found = await self.read(p.plan_id)
+        if found is None:
+            return "no preemption request in flight with this id"
+        rec, revision = found
+        if rec.state != REQUESTED:
+            return self.answered(rec, p)
+        flight = self.flights.by_preemptor.get(rec.flight)
+        reason = (
+            "the preemption request ended while the plan was computed"
+            if flight is None or flight.plan_id != rec.plan_id
+            else check(rec, p)
+        )
+        if reason is not None:
+            rejected = await self.write(rec, revision, REJECTED, reason=reason)
+            self.flights.learn(rejected)
+            return reason
+        confirmed = advance(
+            rec, CONFIRMED, by=QUOTA, now=self.now(), writer=self.writer, proposal=p
+        )
+        self.flights.learn(confirmed)  # the holds, before anything is awaited
+        try:
+            self.book.learn(confirmed, await self.store.put(confirmed, revision))
+        except (Conflict, Transient):
+            again = await self.store.get(p.plan_id)
+            self.flights.learn(again[0] if again is not None else rec)
+            raise Transient(f"plan {p.plan_id}: confirmation not written") from None
+        return None
+
+    def answered(self, rec: PlanRecord, p: events.PlanProposed) -> str | None:
         """A proposal seen before: the answer the record holds, again (same event id)."""
         if rec.proposal is not None and rec.proposal.plan_id == p.plan_id:
-            await self.answer(p, None)
-        elif rec.state == REJECTED:
-            await self.answer(p, rec.reason)
-        else:
-            await self.answer(p, f"the preemption request is {rec.state}: {rec.reason}")
+            return None
+        if rec.state == REJECTED:
+            return rec.reason
+        return f"the preemption request is {rec.state}: {rec.reason}"
 
     async def answer(self, p: events.PlanProposed, reason: str | None) -> None:
         now = self.now()

@@ -105,6 +105,18 @@ class Process:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def stopped(self) -> bool:
+        """Stopped by a signal (it paused itself at a fault point)."""
+        if not self.alive:
+            return False
+        assert self.proc is not None
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rpartition(")")[2].split()[0] == "T"
+
     def signal(self, sig: int) -> None:
         if self.alive:
             assert self.proc is not None
@@ -204,7 +216,21 @@ class ChaosRun:
                 self.note(f"SIGKILL {victim.name}", t0)
                 victim.signal(signal.SIGKILL)
         elif self.fault == "pause":
-            for _ in range(rng.randint(1, 2)):
+            paused_itself = []
+            for p in [p for p in self.procs.values() if p.extra]:  # inside an actuation
+                deadline = time.monotonic() + 8
+                while not p.stopped and time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)
+                if p.stopped:
+                    paused_itself.append(p)
+                    pause = LEASE_TTL + rng.uniform(1.0, 5.0)
+                    self.note(f"{p.name} stopped itself mid-actuation; SIGCONT in {pause:.1f}s", t0)
+                    p.paused = True
+                    await asyncio.sleep(pause)
+                    p.signal(signal.SIGCONT)
+                    p.paused = False
+                    self.note(f"SIGCONT {p.name}", t0)
+            for _ in range(0 if paused_itself else rng.randint(1, 2)):
                 await asyncio.sleep(rng.uniform(0.5, 3.0))
                 holder = await self.holder(nc)
                 if holder is None:
@@ -358,12 +384,18 @@ class ChaosRun:
             if self.fault in ("pause", "actuators"):
                 self.procs["actuator-2"] = Process("actuator-2", "actuator", env, self.logs)
             for p in self.procs.values():
-                extra = {}
-                if self.fault == "kill" and p.name == "actuator" and self.rng.random() < 0.5:
+                if (
+                    p.name == "actuator"
+                    and self.fault in ("kill", "pause")
+                    and self.rng.random() < 0.5
+                ):
                     point = self.rng.choice(MID_ACTUATION)
-                    extra["GANGPREEMPT_FAULT"] = point
-                    self.result.injected.append(f"  0.0s {p.name} to die at {point}")
-                p.start(extra)
+                    how = "die" if self.fault == "kill" else "pause itself"
+                    p.extra = {
+                        "GANGPREEMPT_FAULT": point if self.fault == "kill" else f"pause:{point}"
+                    }
+                    self.result.injected.append(f"  0.0s {p.name} to {how} at {point}")
+                p.start(p.extra)
             replica = StateReplica(nc, self.topology, "chaos")
             await replica.start()
             supervisor = asyncio.ensure_future(self.supervise())

@@ -256,6 +256,12 @@ async def run_up(
     env[env_name("nats_url")] = url
     if settings.scenario:
         env[env_name("scenario")] = os.path.abspath(settings.scenario)
+    if not settings.sim_journal and store is not None:
+        # The sim survives an ingest restart within this run; each run starts anew.
+        journal = os.path.join(store, "sim-journal.jsonl")
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(journal)
+        env[env_name("sim_journal")] = journal
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
