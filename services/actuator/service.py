@@ -70,6 +70,7 @@ class Actuator:
             self.wake.set()
         else:
             self.owed.discard(current.plan_id)
+            self.retry_at.pop(current.plan_id, None)
 
     # -- fencing ---------------------------------------------------------------------------
     async def fence(self) -> None:

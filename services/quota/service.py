@@ -170,13 +170,21 @@ class Quota:
         owed = self.flights.take_owed()
         if owed:
             self.flights.owed[:0] = await self.confirmer.pay(owed)
-        now = self.ctx.now()
+        now, clock = self.ctx.now(), time.monotonic()
+        store = self.confirmer.store
         for plan_id, (rec, revision) in list(self.book.records.items()):
             if rec.state in TERMINAL and (now - rec.updated_at).total_seconds() > RETENTION_S:
                 try:
-                    await self.confirmer.store.delete(plan_id, revision)
+                    await store.delete(plan_id, revision)
                 except Exception as exc:
                     log.debug("old record not deleted", plan_id=plan_id, error=repr(exc))
+        for plan_id, deleted in list(self.book.tombstones.items()):
+            if clock - deleted > RETENTION_S:  # every follower has seen the deletion
+                try:
+                    await store.purge(plan_id)
+                    del self.book.tombstones[plan_id]
+                except Exception as exc:
+                    log.debug("delete marker not purged", plan_id=plan_id, error=repr(exc))
 
     def settle_flights(self) -> list[str]:
         """End the flights whose preemptor is admitted or gone, and Kueue flights whose

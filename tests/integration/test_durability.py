@@ -74,6 +74,13 @@ async def test_records_move_by_compare_and_set(nc: Client, topology: Topology) -
     assert moved[0].state == r.REJECTED
     assert seen == [r.REJECTED]
     assert await store.move("absent", mover) is None
+    # An ended record is deleted (followers learn it from the marker), then purged: the
+    # bucket does not keep a message for every plan ever made.
+    await store.delete("p1", moved[1])
+    assert await store.get("p1") is None
+    await store.purge("p1")
+    info = await nc.jetstream().stream_info(f"KV_{topology.plans_bucket}")
+    assert info.state.messages == 0
 
 
 async def test_a_record_book_learns_writes_of_its_own_and_of_others(

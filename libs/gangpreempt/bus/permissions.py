@@ -80,8 +80,9 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
         publish.append(topology.service_wildcard(service))
     if service != "actuator":
         publish += _consumer(topology.decisions_stream, topology.durable(service))
-    if service == "quota":
+    if service == "quota":  # it also purges the records it deleted an hour ago
         publish += _bucket(plans) + _follow(f"KV_{plans}")
+        publish.append(f"$JS.API.STREAM.PURGE.KV_{plans}")
     if service == "victims":
         publish += _bucket_read(plans)
     if service == "actuator":

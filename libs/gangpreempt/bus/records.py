@@ -90,8 +90,16 @@ class RecordStore:
         )
 
     async def delete(self, plan_id: str, revision: int) -> None:
+        """Delete the record (its followers learn it from the delete marker)."""
         what = f"plan record {plan_id} (delete at {revision})"
         await self._call(what, self.kv.delete(plan_id, last=revision))
+
+    async def purge(self, plan_id: str) -> None:
+        """Remove every message of the key, its delete marker too (the bucket does not
+        grow with every plan ever made)."""
+        js, stream = self.kv._js, self.kv._stream  # nats-py exposes no public handle
+        subject = f"$KV.{stream.removeprefix('KV_')}.{plan_id}"
+        await self._call(f"plan record {plan_id} (purge)", js.purge_stream(stream, subject=subject))
 
     async def move(
         self, plan_id: str, mover: Callable[[PlanRecord], PlanRecord | None], attempts: int = 5
@@ -121,6 +129,7 @@ class RecordBook:
         self.topology = topology
         self.prefix = f"$KV.{topology.plans_bucket}."
         self.records: dict[str, Versioned] = {}
+        self.tombstones: dict[str, float] = {}  # deleted plan -> when (monotonic) it was learned
         self._listeners: list[Callable[[PlanRecord | None, PlanRecord | None], None]] = []
         self.follower = Follower(
             nc,
@@ -161,6 +170,7 @@ class RecordBook:
         old = known[0] if known is not None else None
         if rec is None:
             self.records.pop(key, None)
+            self.tombstones[key] = time.monotonic()
         else:
             self.records[key] = (rec, revision)
         for listener in self._listeners:
