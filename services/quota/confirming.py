@@ -1,10 +1,11 @@
 """quota's answers on plan records: a proposal confirmed or rejected, a request found
 infeasible, and the moves quota owes (a request given up, a plan closed).
 
-A proposal is decided under one lock, and its holds (the ledger's, the nodes') are
-taken before the record write is awaited, so the admission cycle and the next
-proposal already see them; if the write does not go through, the record is read again
-and the holds follow what it says. A proposal whose record is not ``requested`` any
+A proposal is checked and its holds (the ledger's, the nodes') are taken with nothing
+awaited in between, before the record write is awaited, so the admission cycle and
+every other proposal already see them (proposals are decided concurrently, their writes
+overlap); if the write does not go through, the record is read again and the holds
+follow what it says. A proposal whose record is not ``requested`` any
 more (a redelivery, a duplicate, a restart) gets the answer the record already holds.
 """
 
@@ -54,7 +55,6 @@ class Confirmer:
         self.publisher = publisher
         self.now = now
         self.writer = writer
-        self.lock = asyncio.Lock()
         self.creating: dict[str, asyncio.Future[int]] = {}  # plan -> its record's creation
 
     # -- records quota creates -------------------------------------------------------------
@@ -73,9 +73,15 @@ class Confirmer:
         return future
 
     async def read(self, plan_id: str) -> Versioned | None:
+        """The record as quota knows it (it writes every ``requested`` record's next
+        move itself, so its book is current for those; a stale copy only costs a lost
+        compare-and-set), else as the bucket has it."""
         creating = self.creating.get(plan_id)
         if creating is not None:
             await asyncio.wait({creating}, timeout=self.store.timeout)
+        known = self.book.records.get(plan_id)
+        if known is not None and known[0].state == REQUESTED:
+            return known
         return await self.store.get(plan_id)
 
     async def write(self, rec: PlanRecord, revision: int, to: str, **changes: object) -> PlanRecord:
@@ -85,9 +91,7 @@ class Confirmer:
 
     # -- proposals --------------------------------------------------------------------------
     async def proposed(self, p: events.PlanProposed, check: Check) -> None:
-        async with self.lock:  # one decision at a time; the answer goes out after
-            reason = await self.decide(p, check)
-        await self.answer(p, reason)
+        await self.answer(p, await self.decide(p, check))
 
     async def decide(self, p: events.PlanProposed, check: Check) -> str | None:
         """Confirm or reject on the record: why it is rejected, or None (confirmed)."""

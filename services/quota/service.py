@@ -81,10 +81,12 @@ class Quota:
     def record_changed(self, _old: PlanRecord | None, new: PlanRecord | None) -> None:
         if new is not None:
             self.flights.learn(new)
-        self.dirty.set()
 
     def flight_changed(self, key: str, old: Flight | None, new: Flight | None) -> None:
-        """Keep the ledger's and the nodes' holds in step with the flights."""
+        """Keep the ledger's and the nodes' holds in step with the flights; a flight that
+        ends (its holds released, its preemptor free to try again) calls for a cycle."""
+        if new is None:
+            self.dirty.set()
         held = old is not None and old.status != REQUESTED
         holds = new is not None and new.status != REQUESTED
         same = old is not None and new is not None and old.plan_id == new.plan_id
@@ -359,7 +361,6 @@ class Quota:
             await self.confirmer.proposed(event, self.check)
         elif isinstance(event, events.PreemptionInfeasible):
             await self.confirmer.infeasible(event, self.replica.seq)
-        self.dirty.set()
 
     def check(self, rec: PlanRecord, p: events.PlanProposed) -> str | None:
         """Why the proposal must be rejected against the live ledger and nodes, or None."""

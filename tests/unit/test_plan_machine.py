@@ -9,6 +9,7 @@ those the chaos checker applies to real runs."""
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -108,6 +109,7 @@ class Job:
 
     rec: r.PlanRecord
     revision: int
+    token: int  # the lease token the drive started under (the Driver keeps it too)
     phase: str = "read"  # read -> evicting -> finishing
     remaining: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
@@ -258,12 +260,13 @@ class PlanMachine(RuleBasedStateMachine):
             return
         plan_id = data.draw(st.sampled_from(owed))
         rec, revision = self.store.records[plan_id]
-        self.jobs[actuator, plan_id] = Job(rec, revision)
+        self.jobs[actuator, plan_id] = Job(rec, revision, self.actuators[actuator])
 
-    def valid(self, actuator: str) -> bool:
+    def valid(self, job: Job) -> bool:
         """The lease check before a write: a holder whose lease was taken over has, by
-        then, passed its own deadline (it can only be taken once it expired)."""
-        return self.actuators[actuator] == self.sink.lease
+        then, passed its own deadline (it can only be taken once it expired); one that
+        acquired it again holds a newer token than the drive it is in."""
+        return job.token == self.sink.lease
 
     @precondition(lambda self: bool(self.jobs_in("read")))
     @rule(data=st.data(), stale=st.booleans())
@@ -273,9 +276,9 @@ class PlanMachine(RuleBasedStateMachine):
             return
         actuator, plan_id = data.draw(st.sampled_from(ready))
         job = self.jobs.pop((actuator, plan_id))
-        token = self.actuators[actuator]
+        token = job.token
         step = r.actuator_step(job.rec, token, "stale" if stale else None)
-        if step in (r.NOTHING, r.FENCED) or not self.valid(actuator):
+        if step in (r.NOTHING, r.FENCED) or not self.valid(job):
             return
         try:
             if step == r.DROP:
@@ -300,6 +303,7 @@ class PlanMachine(RuleBasedStateMachine):
         self.jobs[actuator, plan_id] = Job(
             rec,
             self.store.records[plan_id][1],
+            token,
             "evicting",
             [v.object for v in rec.proposal.victims],
         )
@@ -310,13 +314,13 @@ class PlanMachine(RuleBasedStateMachine):
         evicting = sorted(k for k, j in self.jobs.items() if j.phase == "evicting")
         if not evicting:
             return
-        actuator, plan_id = key = data.draw(st.sampled_from(evicting))
+        _actuator, plan_id = key = data.draw(st.sampled_from(evicting))
         job = self.jobs[key]
         if not job.remaining:
             job.phase = "finishing"
             return
         victim = job.remaining.pop(0)
-        answer = self.sink.evict(self.store, plan_id, victim, self.actuators[actuator])
+        answer = self.sink.evict(self.store, plan_id, victim, job.token)
         if answer == "fenced":
             del self.jobs[key]
         elif answer == "ok":
@@ -328,18 +332,18 @@ class PlanMachine(RuleBasedStateMachine):
         finishing = sorted(k for k, j in self.jobs.items() if j.phase == "finishing")
         if not finishing:
             return
-        actuator, plan_id = key = data.draw(st.sampled_from(finishing))
+        _actuator, plan_id = key = data.draw(st.sampled_from(finishing))
         job = self.jobs.pop(key)
         self.events += [("VictimActuated", plan_id)] * len(job.done)
         self.events.append(("PlanActuated", plan_id))
-        if not self.valid(actuator):
+        if not self.valid(job):
             return
         actuated = r.advance(
             job.rec,
             r.ACTUATED,
             by=r.ACTUATOR,
             now=self.now(),
-            fencing_token=self.actuators[actuator],
+            fencing_token=job.token,
             actuated=tuple(job.done),
         )
         try:
@@ -398,5 +402,10 @@ class PlanMachine(RuleBasedStateMachine):
         assert len(promised) == len(set(promised)), promised
 
 
-PlanMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+# PLAN_MACHINE_EXAMPLES=5000 explores further (make test runs the default).
+PlanMachine.TestCase.settings = settings(
+    max_examples=int(os.environ.get("PLAN_MACHINE_EXAMPLES", "300")),
+    stateful_step_count=80,
+    deadline=None,
+)
 test_plan_protocol = PlanMachine.TestCase
