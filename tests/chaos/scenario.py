@@ -17,21 +17,13 @@ from pathlib import Path
 
 import msgspec
 
+from tests.e2e.scenarios import NODE, NODES
+
 HEAD = """apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor
 metadata: {name: default}
 ---
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: {name: low}
-value: 10
----
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: {name: high}
-value: 1000
 """
-
 QUEUE = """---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ClusterQueue
@@ -74,13 +66,6 @@ spec:
   podSets: [{{name: workers, count: 4, template: {{spec: {{containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]}}}}}}]
 """
 
-NODE = """---
-apiVersion: v1
-kind: Node
-metadata: {{name: {name}}}
-status: {{allocatable: {{cpu: "96", nvidia.com/gpu: "8", pods: "110"}}}}
-"""
-
 POD = """---
 apiVersion: v1
 kind: Pod
@@ -108,7 +93,7 @@ def write(
 ) -> list[Gang]:
     """Write the scenario folder; return the gangs that must all end up running. Gang
     ``i`` of ``n`` arrives at ``spread * i / n`` seconds."""
-    text = HEAD
+    text = HEAD + NODES
     for q in range(queues):
         text += QUEUE.format(q=q)
         text += RUNNING.format(name=f"low-{q}-a", q=q, minute=0)
