@@ -172,7 +172,6 @@ def admit_ready(
     flights: Flights,
     ready: list[str],
     now: datetime,
-    seq: int,
 ) -> list[events.Event]:
     """The preemptors whose victims are gone, admitted first, each at the room it held
     (``planner`` holds every other plan's room, not theirs)."""
@@ -189,9 +188,10 @@ def admit_ready(
             continue
         planner.commit(pre, d)
         book.placed(ref, d.placement)
-        if flights.by_preemptor[ref].status != ADMITTING:
-            flights.admitting(ref)
-            outbox.append(admitted_event(d, now, seq))
+        flights.admitting(ref)
+        # Sent again each pass until the pods are bound (a send lost to a NATS outage
+        # is not the end of it): the id is the plan's, so the stream drops the copies.
+        outbox.append(admitted_event(d, now, flights.by_preemptor[ref].plan_id))
     return outbox
 
 
@@ -218,7 +218,7 @@ def node_events(
         if d.outcome == "Admit":
             signature = ("Admit", *pods, *sorted(f"{k}={v}" for k, v in d.placement.items()))
             if fresh(pre.ref, signature):
-                outbox.append(admitted_event(d, now, seq))
+                outbox.append(admitted_event(d, now, str(seq)))
         elif d.outcome == "Preempt":
             event = request(pre, d)
             fresh(pre.ref, ("Preempt", event.id))
@@ -238,11 +238,12 @@ def node_events(
     return outbox
 
 
-def admitted_event(d: Decision, now: datetime, seq: int) -> events.Admitted:
+def admitted_event(d: Decision, now: datetime, unique: str) -> events.Admitted:
     return events.Admitted(
-        # The STATE sequence makes the id unique per decision: the same placement decided
-        # again for a new incarnation must not be dropped as a duplicate by the stream.
-        id=events.stable_id("admitted", d.preemptor, seq, *sorted(d.placement.items())),
+        # ``unique`` (the STATE sequence, or the plan id) makes the id unique per decision:
+        # the same placement decided again for a new incarnation must not be dropped as a
+        # duplicate by the stream.
+        id=events.stable_id("admitted", d.preemptor, unique, *sorted(d.placement.items())),
         occurred_at=now,
         workload=d.preemptor,
         uid="",

@@ -202,11 +202,10 @@ class Quota:
                 self.flights.end(key, "the preemptor is admitted, or gone")
             elif (
                 flight.status == ACTUATED
-                and flight.record.proposal is not None
-                and all(
-                    (v := state.workloads.get(key_of(victim.object))) is None or not v.holds_quota
-                    for victim in flight.record.proposal.victims
-                    if victim.object.startswith("Workload/")
+                and all(  # the victims evicted (not one the sink refused) have left
+                    (v := state.workloads.get(key_of(victim))) is None or not v.holds_quota
+                    for victim in flight.record.actuated
+                    if victim.startswith("Workload/")
                 )
                 and self.nodes.victims_gone(state, key)
             ):
@@ -224,7 +223,7 @@ class Quota:
         if state.pods:
             try:
                 planner = self.nodes.planner(state, now, but=ready)
-                outbox += admit_ready(planner, self.nodes, self.flights, ready, now, seq)
+                outbox += admit_ready(planner, self.nodes, self.flights, ready, now)
                 decisions = with_nodes(planner, decisions)  # Kueue workloads with pods
             except InvalidInput as exc:  # e.g. a pod whose PriorityClass is not here yet
                 log.warning("node-level decisions skipped until the state changes", error=str(exc))
