@@ -24,6 +24,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import nats.errors
 import structlog
 
 from gangpreempt import events
@@ -253,6 +254,8 @@ class Driver:
             )
         except (Fenced, Transient):
             raise
+        except (TimeoutError, nats.errors.Error, OSError) as exc:  # the sink is not there
+            raise Transient(f"evicting {v.object}: {exc!r}") from exc
         except Exception as exc:  # a sink defect must not strand the plan: report it
             log.exception("eviction failed", plan_id=p.plan_id, victim=v.object)
             reply = simwire.EvictReply(ok=False, detail=repr(exc))

@@ -145,8 +145,10 @@ class KubeSink:
             return simwire.EvictReply(ok=False, detail=f"stale: {exc}")
         except Fenced:
             return simwire.EvictReply(ok=False, detail=FENCED, fenced=True)
-        except (ApiError, Transient) as exc:
+        except ApiError as exc:
             return simwire.EvictReply(ok=False, detail=f"{request.ref}: {exc}")
+        # A Transient (the API server unreachable past the retry budget) goes up: the
+        # actuator drives the plan again later, never counting the victim as refused.
         await self._preemptor_event(request)
         return simwire.EvictReply(ok=True, applied=applied)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import nats.errors
 import structlog
 from nats.aio.client import Client
-from nats.errors import TimeoutError as NatsTimeoutError
 
 from gangpreempt.bus import Topology
 from gangpreempt.errors import Transient
@@ -38,8 +38,9 @@ class SimSink:
     async def _request(self, subject: str, payload: bytes) -> bytes:
         try:
             msg = await self.nc.request(subject, payload, timeout=5)
-        except (NatsTimeoutError, TimeoutError) as exc:
-            raise Transient(f"sim cluster did not answer on {subject}") from exc
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            # not there (restarting: no responders), slow, or NATS away: try again later
+            raise Transient(f"sim cluster did not answer on {subject}: {exc!r}") from exc
         return bytes(msg.data)
 
     async def read(self, refs: list[str]) -> dict[str, LiveObject]:

@@ -118,6 +118,12 @@ async def test_watch_resumes_from_bookmarks_and_relists_on_410(
     try:
         await published.until(lambda: "Node/node-0" in published.live)
         await until(lambda: apiserver.bookmarks_sent, what="a bookmark")
+        kinds_served = len(source.served)
+
+        def all_watching() -> bool:  # every reflector listed and is watching again
+            return len(apiserver.watchers) >= kinds_served
+
+        await until(all_watching, what="every kind watched")
         lists_before = source.store.relists
         # The server forgets its history and drops the watches: the reflectors come back
         # with a version that is gone, get 410, and list again.
@@ -128,12 +134,16 @@ async def test_watch_resumes_from_bookmarks_and_relists_on_410(
         await published.until(lambda: "Node/node-1" in published.live)
         assert apiserver.expired_watches >= 1
         assert source.store.relists > lists_before
+        await until(all_watching, what="every kind relisted and watched again")
         # A watch ended by the server (not expired) resumes without a relist, from the
         # last version it saw (a bookmark's or an event's).
         lists = source.store.relists
         watches = len(apiserver.watch_versions)
         apiserver.close_watches()
-        await until(lambda: len(apiserver.watch_versions) > watches, what="the watches back")
+        await until(
+            lambda: len(apiserver.watch_versions) >= watches + kinds_served,
+            what="the watches back",
+        )
         apiserver.put(node("node-2"))
         await published.until(lambda: "Node/node-2" in published.live)
         assert source.store.relists == lists
