@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from gangpreempt.errors import Fenced, Transient
+from gangpreempt.errors import Fenced
 from gangpreempt.manifests.objects import load_objects
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning.barrier import LiveObject, live_pods, live_workload
