@@ -156,10 +156,14 @@ class Ingest:
         await self.sim.flush()  # acknowledged once what it changed is stored
 
     async def fire(self, i: int) -> None:
-        """Play step ``i`` once; the journal remembers it across a restart."""
+        """Play step ``i`` once; the journal remembers it across a restart, once what it
+        changed is stored (a step cut short by a crash is played again: it is
+        idempotent)."""
+        assert self.sim is not None
         self.fired.add(i)
         await self.play(self.steps[i])
         if self.journal is not None:
+            await self.sim.flush()
             self.journal.write(fired=i)
 
     # -- timeline ------------------------------------------------------------------------

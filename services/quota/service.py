@@ -291,7 +291,13 @@ class Quota:
             if isinstance(e, events.PreemptionRequested)
             and (plan_id := events.stable_id("plan", e.request_id)) in self.confirmer.creating
         ]
-        await asyncio.gather(*(self.ctx.publisher.publish(e) for e in outbox), *creating)
+        try:
+            await asyncio.gather(*(self.ctx.publisher.publish(e) for e in outbox), *creating)
+        except BaseException:
+            # Some may not be stored: decide them again and send again (ids are stable, so
+            # what did arrive is dropped as a duplicate) instead of taking them as sent.
+            self.published.clear()
+            raise
 
     def request(
         self,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -61,10 +62,14 @@ async def main() -> int:
     for fault in args.fault or FAULTS:
         for i in range(args.runs):
             seed = args.seed + i
-            with tempfile.TemporaryDirectory(prefix=f"chaos-{fault}-{seed}-") as tmp:
-                result = await chaos_run(fault, seed, Path(tmp))
+            tmp = tempfile.mkdtemp(prefix=f"chaos-{fault}-{seed}-")
+            result = await chaos_run(fault, seed, Path(tmp))
             results.append(result)
             print(describe(result), flush=True)
+            if result.ok:
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                print(f"    kept for a look: {tmp} (logs/, sim-journal.jsonl, nats/)", flush=True)
     figures = summary(results)
     print(f"\n{len(results)} runs in {time.monotonic() - started:.0f}s; bound {BOUND_S}s")
     print(f"{'fault':<10} {'runs':>4} {'failed':>6} {'faults':>6} {'settle p50':>10} {'max':>6}")
