@@ -88,12 +88,17 @@ class Driver:
         """Take the plan as far as it goes now. Raises ``Fenced`` when another holder
         acts, ``Transient`` when it is worth trying again later."""
         token = self.lease.check()
+        # The book's copy first (it follows the bucket; every write is a compare-and-set,
+        # so a stale copy only costs a lost race); after a lost race, the bucket itself.
+        current = self.book.records.get(plan_id)
         for _ in range(10):
-            current = await self.store.get(plan_id)
             if current is None:
-                return
+                current = await self.store.get(plan_id)
+                if current is None:
+                    return
+                self.book.learn(*current)
             rec, revision = current
-            self.book.learn(rec, revision)
+            current = None
             stale = await self.validate(rec) if rec.state == "confirmed" else None
             step = actuator_step(rec, token, stale)
             if step == NOTHING:

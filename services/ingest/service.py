@@ -245,6 +245,10 @@ class Ingest:
         """Publish the scenario, or take up the world a previous run left (journal)."""
         ctx = self.ctx
         sim.leases = await ctx.persevering("bind the leases bucket", self.leases)
+        await ctx.persevering(
+            "follow the lease",
+            lambda: sim.follow_lease(ctx.nc, ctx.topology.leases_bucket),
+        )
         if self.journal is not None and self.journal.exists():
             lines = self.journal.lines()
             start = next((line.start for line in lines if line.start is not None), time.time())

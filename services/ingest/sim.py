@@ -26,11 +26,15 @@ from typing import Any
 
 import msgspec
 import structlog
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
 from nats.js.kv import KeyValue
 
 from gangpreempt import events
 from gangpreempt.bus import Publisher
-from gangpreempt.bus.leasing import current_token
+from gangpreempt.bus.following import Follower
+from gangpreempt.bus.leasing import current_token, parse_lease
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import SOFT_EVICTION_LABEL, Pod
@@ -75,6 +79,9 @@ class SimCluster:
         self.publisher = publisher
         self.termination_delay = termination_delay
         self.leases = leases  # the actuator's lease, checked on every eviction
+        # the lease's token as the sim last saw it (followed: no read per eviction)
+        self.lease_token: int | None = None
+        self._lease_follower: Follower | None = None
         self.journal = journal
         self.world = ClusterState()
         self.rv = 0
@@ -231,10 +238,26 @@ class SimCluster:
         await self.upsert(msgspec.structs.replace(wl, admission=admission, conditions=conditions))
         log.info("admitted", workload=ev.workload, cluster_queue=ev.cluster_queue)
 
+    async def follow_lease(self, nc: Client, bucket: str) -> None:
+        """Follow the lease key (its holder's token, or none once it is deleted)."""
+
+        async def on_msg(msg: Msg) -> None:
+            gone = (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE")
+            parsed = None if gone else parse_lease(msg.data)
+            self.lease_token = parsed[1] if parsed is not None else None
+
+        self._lease_follower = Follower(
+            nc, f"KV_{bucket}", f"$KV.{bucket}.{LEASE_KEY}", on_msg, DeliverPolicy.LAST_PER_SUBJECT
+        )
+        await self._lease_follower.start()
+
     async def fence(self, req: EvictRequest) -> EvictReply | None:
-        """A refusal when the request's token is not the current lease holder's."""
+        """A refusal when the request's token is not the current lease holder's (as the
+        sim follows the lease, or reads it when it does not follow it)."""
         lease_token = req.fencing_token
-        if self.leases is not None:
+        if self._lease_follower is not None:
+            lease_token = self.lease_token or 0
+        elif self.leases is not None:
             try:
                 lease_token = await current_token(self.leases, LEASE_KEY) or 0
             except Exception as exc:
@@ -436,6 +459,8 @@ class SimCluster:
         )
 
     async def close(self) -> None:
+        if self._lease_follower is not None:
+            await self._lease_follower.stop()
         for t in list(self._timers):
             t.cancel()
         await self.flush()

@@ -62,7 +62,7 @@ def _follow(stream: str) -> list[str]:
 def service_permissions(topology: Topology, service: str) -> dict[str, object]:
     """``{"publish": {"allow": [...]}, "subscribe": {"allow": [...]}}`` for ``service``.
 
-    ingest    STATE; its consumer; reads the lease (the sim checks fencing tokens)
+    ingest    STATE; its consumer; reads and follows the lease (the sim checks tokens)
     quota     its events; its consumer; the plan records (read, write, follow)
     victims   its events; its consumer; the plan records (read)
     actuator  its events; the plan records (read, write, follow); the lease; the sim
@@ -75,7 +75,7 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
     if service == "ingest":
         publish.append(f"{topology.prefix}.state.>")
         subscribe.append(f"{topology.prefix}.sim.*")  # the sim cluster answers requests
-        publish += _bucket_read(leases)
+        publish += _bucket_read(leases) + _follow(f"KV_{leases}")
     else:
         publish.append(topology.service_wildcard(service))
     if service != "actuator":
