@@ -3,7 +3,9 @@ the world itself (which STATE holds): when the scenario started, which timeline 
 have fired, and every eviction applied, written (and fsynced) before the eviction is.
 
 A restarted ingest whose journal exists rebuilds the world from STATE and the journal
-instead of publishing the scenario again, as an API server restarts on its store. The
+instead of publishing the scenario again, as an API server restarts on its store; if
+the journal does not say the starting state was stored whole (ingest died while
+publishing it), the restarted one publishes the objects STATE does not have yet. The
 eviction lines are also the record the chaos checker reads: one line per eviction the
 sim applied, with its plan, token and the lease token it checked against.
 """
@@ -30,6 +32,7 @@ class EvictionEntry(msgspec.Struct, frozen=True):
 
 class Line(msgspec.Struct, frozen=True, omit_defaults=True):
     start: float | None = None
+    loaded: float | None = None  # the whole starting state is stored on STATE
     fired: int | None = None
     evict: EvictionEntry | None = None
 

@@ -29,7 +29,7 @@ from gangpreempt.model import kinds
 from gangpreempt.model.workloads import Workload
 from gangpreempt.replica import StateReplica
 from services import simwire
-from services.ingest.journal import Journal
+from services.ingest.journal import Journal, Line
 from services.ingest.kubernetes import KubeSource
 from services.ingest.sim import SimCluster, split_ref
 from services.ingest.sources import ManifestSource
@@ -249,22 +249,43 @@ class Ingest:
             "follow the lease",
             lambda: sim.follow_lease(ctx.nc, ctx.topology.leases_bucket),
         )
-        if self.journal is not None and self.journal.exists():
-            lines = self.journal.lines()
-            start = next((line.start for line in lines if line.start is not None), time.time())
-            self.started = time.monotonic() - (time.time() - start)
-            self.fired = {line.fired for line in lines if line.fired is not None}
-            replica = StateReplica(ctx.nc, ctx.topology, "ingest")
-            await ctx.persevering("follow the cluster state", replica.start)
-            last = await ctx.persevering("read the cluster state", replica.caught_up)
-            await replica.stop()
-            await sim.restore(replica.state, last)
+        lines = self.journal.lines() if self.journal is not None else []
+        if any(line.loaded or line.fired is not None or line.evict for line in lines):
+            await self.take_up(sim, lines)
             self.source.changes(force=True)  # the files as they are now: the baseline
             return
-        if self.journal is not None:
-            self.journal.write(start=time.time())
-        await self.publish_changes(force=True)
+        if lines:
+            # The previous run died while publishing the starting state: publish what
+            # STATE does not have yet (what it has may have been changed since).
+            await self.take_up(sim, lines)
+            have = {(kinds.kind_of(o), kinds.key_of(o)) for o in kinds.objects(sim.world)}
+            changes = self.source.changes(force=True)
+            missing = [
+                o
+                for o in (changes[0] if changes is not None else [])
+                if (kinds.kind_of(o), kinds.key_of(o)) not in have
+            ]
+            await self.publish(missing, [])
+            log.info("starting state completed", published=len(missing), had=len(have))
+        else:
+            if self.journal is not None:
+                self.journal.write(start=time.time())
+            await self.publish_changes(force=True)
         await sim.flush()  # the starting state is on the bus before anything else
+        if self.journal is not None:
+            self.journal.write(loaded=time.time())
+
+    async def take_up(self, sim: SimCluster, lines: list[Line]) -> None:
+        """The world as STATE and the journal left it."""
+        ctx = self.ctx
+        start = next((line.start for line in lines if line.start is not None), time.time())
+        self.started = time.monotonic() - (time.time() - start)
+        self.fired = {line.fired for line in lines if line.fired is not None}
+        replica = StateReplica(ctx.nc, ctx.topology, "ingest")
+        await ctx.persevering("follow the cluster state", replica.start)
+        last = await ctx.persevering("read the cluster state", replica.caught_up)
+        await replica.stop()
+        await sim.restore(replica.state, last)
 
     async def run(self) -> None:
         ctx = self.ctx

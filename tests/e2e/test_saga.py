@@ -24,9 +24,10 @@ from tests.e2e.harness import (
     running,
     saga_of,
     sim_stats,
+    state_has,
     wait_for,
 )
-from tests.e2e.scenarios import full_cluster
+from tests.e2e.scenarios import ADMITTED, CLUSTER, full_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 GANG = "Workload/ml/gang"
@@ -169,6 +170,39 @@ async def test_actuator_killed_mid_plan_actuates_each_victim_once(
     assert (await sim_stats(nc, topology)).evictions == {"Workload/ml/low-2": 1}
     (actuated,) = of(evs, events.PlanActuated)
     assert actuated.fencing_token > 1  # the new holder's token
+
+
+async def test_ingest_killed_while_publishing_the_starting_state_completes_it(
+    nc: Client, topology: Topology, services: Services, scenario_dir: Path, tmp_path: Path
+) -> None:
+    # A first ingest published part of the cluster (low-1, not low-2) and died before
+    # its journal said the starting state was stored whole.
+    journal = tmp_path / "sim-journal.jsonl"
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "cluster.yaml").write_text(
+        CLUSTER + ADMITTED.format(name="low-1", minute=0, priority=100, cpus=4)
+    )
+    (partial / "timeline.yaml").write_text("")
+    first = {"GANGPREEMPT_SIM_JOURNAL": str(journal), "GANGPREEMPT_SCENARIO": str(partial)}
+    services.start("ingest", extra=first)
+    await state_has(nc, topology, "Workload", "ml/low-1")
+    low_1 = topology.state_subject("Workload", "ml/low-1")
+    before = (await nc.jetstream().get_last_msg(topology.state_stream, low_1)).seq
+    services.procs["ingest"].kill()
+    services.wait_exit("ingest")
+    started = [line for line in journal.read_text().splitlines() if '"start"' in line]
+    journal.write_text(started[0] + "\n")
+    # The restarted ingest takes up the world STATE holds and publishes the rest.
+    full_cluster(scenario_dir)
+    services.start(extra={"GANGPREEMPT_SIM_JOURNAL": str(journal)})
+    evs = await wait_for(nc, topology, lambda e: admitted(e, GANG), what="the gang admitted")
+    (actuated,) = of(evs, events.VictimActuated)
+    assert actuated.victim == "Workload/ml/low-2"  # published by the second ingest
+    assert (await sim_stats(nc, topology)).evictions == {"Workload/ml/low-2": 1}
+    # What STATE already had was not published again.
+    assert (await nc.jetstream().get_last_msg(topology.state_stream, low_1)).seq == before
+    assert '"event": "starting state completed"' in services.log("ingest")
 
 
 async def test_malformed_messages_go_to_dead_letters_and_services_live_on(
