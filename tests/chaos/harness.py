@@ -457,4 +457,18 @@ def describe(r: RunResult) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["BOUND_S", "FAULTS", "ChaosRun", "RunResult", "chaos_run", "describe"]
+def log_tails(workdir: Path, keep: int = 12) -> str:
+    """What each service last said at warning level or above, and its last line: enough to
+    tell, from a CI log alone, where a failed run got stuck."""
+    out = []
+    for log_file in sorted((workdir / "logs").glob("*.log")):
+        lines = log_file.read_text(errors="replace").splitlines()
+        loud = [ln for ln in lines if '"level": "warning"' in ln or '"level": "error"' in ln]
+        out.append(f"--- {log_file.name}: {len(lines)} lines; last warnings and errors:")
+        out.extend(ln[:400] for ln in loud[-keep:])
+        if lines:
+            out.append(f"  last line: {lines[-1][:400]}")
+    return "\n".join(out)
+
+
+__all__ = ["BOUND_S", "FAULTS", "ChaosRun", "RunResult", "chaos_run", "describe", "log_tails"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.harness import FAULTS, chaos_run, describe
+from tests.chaos.harness import FAULTS, chaos_run, describe, log_tails
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 SEEDS = {"nats": 10, "kill": 11, "pause": 11, "actuators": 10, "messages": 10}
@@ -18,5 +18,6 @@ async def test_the_saga_keeps_its_promise_under(fault: str, tmp_path: Path) -> N
     result = await chaos_run(fault, SEEDS[fault], tmp_path)
     print(describe(result))
     assert result.injected, "no fault was injected"
-    assert result.ok, describe(result)
+    if not result.ok:
+        pytest.fail(f"{describe(result)}\n{log_tails(tmp_path)}")
     assert result.evictions == result.plans_actuated + 4  # node gangs evict 2 units each
