@@ -73,14 +73,14 @@ def violations(ev: Evidence) -> list[str]:
                 f"eviction of {e.ref} under stale token {e.fencing_token} "
                 f"(lease {e.lease_token}, newer tokens {sorted(newer)})"
             )
-    actuated_victims = {e.plan_id for e in ev.decisions if isinstance(e, events.VictimActuated)}
-    for e in ev.decisions:
-        if isinstance(e, events.PlanDropped) and e.plan_id in actuated_victims:
-            out.append(f"PlanDropped for plan {e.plan_id}, which has a VictimActuated")
+    actuated_victims = {d.plan_id for d in ev.decisions if isinstance(d, events.VictimActuated)}
+    for d in ev.decisions:
+        if isinstance(d, events.PlanDropped) and d.plan_id in actuated_victims:
+            out.append(f"PlanDropped for plan {d.plan_id}, which has a VictimActuated")
     actuated: dict[str, set[str]] = defaultdict(set)
-    for e in ev.decisions:
-        if isinstance(e, events.PlanActuated):
-            actuated[e.preemptor].add(e.plan_id)
+    for d in ev.decisions:
+        if isinstance(d, events.PlanActuated):
+            actuated[d.preemptor].add(d.plan_id)
     for preemptor, plans in sorted(actuated.items()):
         if len(plans) > 1:
             out.append(f"{preemptor} has {len(plans)} actuated plans: {sorted(plans)}")

@@ -268,7 +268,7 @@ class ChaosRun:
                     t
                     for t in events.AnyEvent.__args__
                     if t not in (events.ObjectUpserted, events.ObjectDeleted)
-                },  # type: ignore[attr-defined]
+                },
                 key=lambda t: t.__name__,
             )
         ]

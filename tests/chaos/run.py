@@ -73,7 +73,9 @@ async def main() -> int:
     figures = summary(results)
     print(f"\n{len(results)} runs in {time.monotonic() - started:.0f}s; bound {BOUND_S}s")
     print(f"{'fault':<10} {'runs':>4} {'failed':>6} {'faults':>6} {'settle p50':>10} {'max':>6}")
-    for fault, c in figures["classes"].items():  # type: ignore[union-attr]
+    classes = figures["classes"]
+    assert isinstance(classes, dict)
+    for fault, c in classes.items():
         print(
             f"{fault:<10} {c['runs']:>4} {c['failed']:>6} {c['faults_injected']:>6} "
             f"{c['settle_p50_s']!s:>10} {c['settle_max_s']!s:>6}"

@@ -84,7 +84,7 @@ class Services:
         for p in self.procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        codes = {}
+        codes: dict[str, int | None] = {}
         for name, p in self.procs.items():
             try:
                 codes[name] = p.wait(timeout=15)
@@ -121,7 +121,7 @@ async def read_stream(nc: Client, stream: str, subject: str) -> list[Any]:
 
 async def decisions(nc: Client, topology: Topology) -> list[events.Event]:
     msgs = await read_stream(nc, topology.decisions_stream, f"{topology.prefix}.*.*")
-    out = []
+    out: list[events.Event] = []
     for m in msgs:
         try:
             out.append(events.decode(m.data))
