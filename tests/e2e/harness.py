@@ -162,6 +162,31 @@ def saga_of(evs: list[events.Event], ref: str) -> list[str]:
     ]
 
 
+SAGA = [
+    "PreemptionRequested",
+    "PlanProposed",
+    "PlanConfirmed",
+    "VictimActuated",
+    "PlanActuated",
+    "Admitted",
+]
+
+
+def assert_saga(kinds: list[str], expected: list[str] = SAGA) -> None:
+    """``kinds`` is the saga ``expected``, in the order the stream can promise: each
+    publisher's events in order, and quota's ``PlanConfirmed`` after the proposal and
+    before the admission. The actuator follows the plan record, not the stream, so its
+    first eviction may be announced before quota's ``PlanConfirmed`` lands (the record
+    orders them: ``confirmed`` is stored before ``actuating``)."""
+    assert sorted(kinds) == sorted(expected), kinds
+    assert [k for k in kinds if k != "PlanConfirmed"] == [
+        k for k in expected if k != "PlanConfirmed"
+    ], kinds
+    if "PlanConfirmed" in expected:
+        at = kinds.index("PlanConfirmed")
+        assert kinds.index("PlanProposed") < at < kinds.index("Admitted"), kinds
+
+
 def of(evs: list[events.Event], kind: type[events.Event], **match: str) -> list[Any]:
     return [
         e for e in evs if isinstance(e, kind) and all(getattr(e, k) == v for k, v in match.items())
@@ -248,7 +273,9 @@ async def sim_stats(nc: Client, topology: Topology, timeout: float = 30.0) -> si
 
 __all__ = [
     "FAST",
+    "SAGA",
     "Services",
+    "assert_saga",
     "caught_up",
     "decisions",
     "of",

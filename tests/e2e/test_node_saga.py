@@ -12,6 +12,7 @@ from gangpreempt import events
 from gangpreempt.bus import Topology
 from tests.e2e.harness import (
     Services,
+    assert_saga,
     of,
     quiet,
     read_stream,
@@ -35,15 +36,7 @@ async def test_gang_preempts_a_whole_gang_then_is_bound(
     gpu_cluster(scenario_dir)
     services.start(extra={"GANGPREEMPT_POD_EVICTION": "soft-eviction"})
     evs = await wait_for(nc, topology, bound, what="the training gang bound to nodes")
-    kinds_seen = saga_of(evs, TRAIN)
-    assert kinds_seen == [
-        "PreemptionRequested",
-        "PlanProposed",
-        "PlanConfirmed",
-        "VictimActuated",
-        "PlanActuated",
-        "Admitted",
-    ]
+    assert_saga(saga_of(evs, TRAIN))
     (proposal,) = of(evs, events.PlanProposed, preemptor=TRAIN)
     assert [(v.object, v.pods) for v in proposal.victims] == [
         ("PodGroup/ml/scavenger", ("Pod/ml/scavenger-0", "Pod/ml/scavenger-1"))
