@@ -244,7 +244,7 @@ class Ingest:
     async def start_sim(self, sim: SimCluster) -> None:
         """Publish the scenario, or take up the world a previous run left (journal)."""
         ctx = self.ctx
-        sim.leases = await ctx.persevering("bind the leases bucket", self.leases)
+        await ctx.persevering("bind the leases bucket", self.leases)
         await ctx.persevering(
             "follow the lease",
             lambda: sim.follow_lease(ctx.nc, ctx.topology.leases_bucket),

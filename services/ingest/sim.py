@@ -8,7 +8,7 @@ later, when the workload goes back to pending. Victim pods are marked terminatin
 labelled for soft eviction, which the sim's stand-in operator then deletes) and are
 gone ``termination_delay`` seconds later. Every change gets a new resourceVersion
 and is published to STATE. Evictions carry preconditions (uid) and a fencing token: the
-sim reads the actuator's lease itself and refuses a token that is not the current
+sim follows the actuator's lease itself and refuses a token that is not the current
 holder's (and one lower than any it has seen).
 
 An eviction is written to the journal (``services.ingest.journal``) before it is applied;
@@ -29,12 +29,11 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
-from nats.js.kv import KeyValue
 
 from gangpreempt import events
 from gangpreempt.bus import Publisher
 from gangpreempt.bus.following import Follower
-from gangpreempt.bus.leasing import current_token, parse_lease
+from gangpreempt.bus.leasing import parse_lease
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import SOFT_EVICTION_LABEL, Pod
@@ -73,12 +72,10 @@ class SimCluster:
         self,
         publisher: Publisher,
         termination_delay: float,
-        leases: KeyValue | None = None,
         journal: Journal | None = None,
     ) -> None:
         self.publisher = publisher
         self.termination_delay = termination_delay
-        self.leases = leases  # the actuator's lease, checked on every eviction
         # the lease's token as the sim last saw it (followed: no read per eviction)
         self.lease_token: int | None = None
         self._lease_follower: Follower | None = None
@@ -253,17 +250,10 @@ class SimCluster:
 
     async def fence(self, req: EvictRequest) -> EvictReply | None:
         """A refusal when the request's token is not the current lease holder's (as the
-        sim follows the lease, or reads it when it does not follow it)."""
+        sim follows the lease; a sim that does not follow it fences nothing)."""
         lease_token = req.fencing_token
         if self._lease_follower is not None:
             lease_token = self.lease_token or 0
-        elif self.leases is not None:
-            try:
-                lease_token = await current_token(self.leases, LEASE_KEY) or 0
-            except Exception as exc:
-                return EvictReply(
-                    ok=False, fenced=True, detail=f"fenced: lease unreadable: {exc!r}"
-                )
         if req.fencing_token != lease_token:
             return EvictReply(
                 ok=False,

@@ -200,7 +200,8 @@ async def test_the_sim_refuses_a_token_that_is_not_the_current_leases(
     nc: Client, topology: Topology
 ) -> None:
     leases = await leases_bucket(nc.jetstream(), topology, ttl=5.0)
-    sim = SimCluster(Publisher(nc, topology, "ingest"), termination_delay=60, leases=leases)
+    sim = SimCluster(Publisher(nc, topology, "ingest"), termination_delay=60)
+    await sim.follow_lease(nc, topology.leases_bucket)
     await sim.upsert(
         Workload(namespace="ns", name="v", uid="v-uid", pod_sets=(PodSet("main", 1, {"cpu": 1}),))
     )
@@ -225,6 +226,7 @@ async def test_the_sim_refuses_a_token_that_is_not_the_current_leases(
     second = Lease(leases, "actuator", "second", ttl=5.0)
     newer = await second.acquire(stop)
     assert newer is not None
+    await until(lambda: sim.lease_token == newer, what="the sim following the new lease")
     stale = await sim.evict(request(token))
     assert stale.fenced
     assert "lease's is" in stale.detail

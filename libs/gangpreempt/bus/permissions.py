@@ -88,7 +88,8 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
     if service == "actuator":
         publish += [topology.sim_read, topology.sim_evict]
         publish += _bucket(plans) + _follow(f"KV_{plans}") + _bucket(leases)
-    return {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}
+    # Rights that two needs share (a bucket read and followed) are listed once.
+    return {"publish": {"allow": list(dict.fromkeys(publish))}, "subscribe": {"allow": subscribe}}
 
 
 def password_variable(user: str) -> str:
