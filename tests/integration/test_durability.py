@@ -32,17 +32,10 @@ from gangpreempt.planning import records as r
 from gangpreempt.replica import StateReplica
 from services import simwire
 from services.ingest.sim import SimCluster
+from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-async def until(check: object, timeout: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def requested(plan_id: str) -> r.PlanRecord:
