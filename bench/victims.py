@@ -53,7 +53,9 @@ from gangpreempt.planning.nodeplan import NodePlanner
 GPU = "nvidia.com/gpu"
 NODE_GPUS = 8
 CPU_PER_GPU = 12_000  # millicores (the model's cpu unit): 12 CPUs per GPU
-NODE_CPU = NODE_GPUS * CPU_PER_GPU  # 96 CPUs
+GPU_CPU = NODE_GPUS * CPU_PER_GPU  # 96 CPUs for the GPU pods
+SIDE_CPU = 32_000  # 32 more CPUs, for the CPU-only pods beside them
+NODE_CPU = GPU_CPU + SIDE_CPU  # 128 CPUs
 GIB = 2**30
 MEM_PER_GPU = 128 * GIB  # bytes (the model's memory unit)
 NODE_MEMORY = 1536 * GIB
@@ -147,9 +149,11 @@ class Packer:
 
 
 def build_cluster(
-    n_nodes: int, counts: dict[str, int], seed: int
+    n_nodes: int, counts: dict[str, int], seed: int, pods_per_node: int = 10
 ) -> tuple[ClusterState, dict[str, list[str]], dict[str, object]]:
-    """The cluster, the preemptor refs per kind, and what the cluster looks like."""
+    """The cluster, the preemptor refs per kind, and what the cluster looks like. Each
+    node is brought to ``pods_per_node`` running pods (at least one more than its GPU
+    pods and filler) by CPU-only pods at the 8 priorities that share its last 32 CPUs."""
     rnd = random.Random(seed)
     st = ClusterState()
     names = [f"node-{i:05d}" for i in range(n_nodes)]
@@ -226,6 +230,23 @@ def build_cluster(
             priority=FILLER_PRIORITY,
             start_time=T0 + timedelta(minutes=rnd.randrange(24 * 60)),
         )
+    on_node = [0] * n_nodes
+    for p in st.pods.values():
+        on_node[int(p.node_name.removeprefix("node-"))] += 1
+    sides = 0
+    for i in range(n_nodes):
+        n_side = max(1, pods_per_node - on_node[i])
+        for k in range(n_side):
+            name = f"side-{i}-{k}"
+            st.pods[f"svc-{i % 10}/{name}"] = Pod(
+                namespace=f"svc-{i % 10}",
+                name=name,
+                requests={"cpu": SIDE_CPU // n_side, "memory": FILLER_MEMORY},
+                node_name=names[i],
+                priority=rnd.choice(PRIORITIES),
+                start_time=T0 + timedelta(minutes=rnd.randrange(24 * 60)),
+            )
+            sides += 1
     refs: dict[str, list[str]] = {kind: [] for kind in KINDS}
     for k in range(counts["single"]):
         name = f"single-{k}"
@@ -251,7 +272,9 @@ def build_cluster(
         "nodes": n_nodes,
         "gpus": total,
         "gpu_used_fraction": used / total,
-        "running_pods": sum(1 for p in st.pods.values() if p.node_name) - fillers,
+        "running_pods": sum(1 for p in st.pods.values() if p.node_name) - fillers - sides,
+        "side_pods": sides,
+        "pods_per_node": sum(1 for p in st.pods.values() if p.node_name) / n_nodes,
         "running_gangs": sum(n for s, n in sizes.items() if s > 1),
         "running_lone_pods": sizes.get(1, 0),
         "running_units_by_size": {str(s): sizes[s] for s in sorted(sizes)},
@@ -295,10 +318,10 @@ def profile(planner: NodePlanner, ref: str, top: int) -> dict[str, list[dict[str
 
 
 def run_size(
-    n_nodes: int, counts: dict[str, int], seed: int, profile_top: int
+    n_nodes: int, counts: dict[str, int], seed: int, profile_top: int, pods_per_node: int = 10
 ) -> dict[str, object]:
     t = time.perf_counter()
-    st, refs, shape = build_cluster(n_nodes, counts, seed)
+    st, refs, shape = build_cluster(n_nodes, counts, seed, pods_per_node)
     state_s = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -630,14 +653,23 @@ def run_quality(n: int, seed: int) -> dict[str, object]:
 
 
 def run(
-    sizes: list[int], counts: dict[str, int], quality: int, seed: int, profile_top: int
+    sizes: list[int],
+    counts: dict[str, int],
+    quality: int,
+    seed: int,
+    profile_top: int,
+    pods_per_node: int = 10,
 ) -> dict[str, object]:
-    results = [run_size(n, counts, seed, profile_top if n == max(sizes) else 0) for n in sizes]
+    results = [
+        run_size(n, counts, seed, profile_top if n == max(sizes) else 0, pods_per_node)
+        for n in sizes
+    ]
     return {
         "shape": {
             "gpus_per_node": NODE_GPUS,
             "cpus_per_node": NODE_CPU // 1000,
             "cpus_per_gpu": CPU_PER_GPU // 1000,
+            "pods_per_node": pods_per_node,
             "gpu_used_target": GPU_USED,
             "priorities": list(PRIORITIES),
             "filler_priority": FILLER_PRIORITY,
@@ -739,11 +771,14 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     ap.add_argument("--gangs64", type=int, default=5, help="gang-of-64 decisions per size")
     ap.add_argument("--quality", type=int, default=200, help="instances against the optimum")
     ap.add_argument("--profile-top", type=int, default=5, help="functions to list (0: none)")
+    ap.add_argument(
+        "--pods-per-node", type=int, default=10, help="running pods per node (CPU pods fill up)"
+    )
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "victims.json"))
     args = ap.parse_args(argv)
     counts = {"single": args.singles, "gang8": args.gangs8, "gang64": args.gangs64}
-    result = run(args.nodes, counts, args.quality, args.seed, args.profile_top)
+    result = run(args.nodes, counts, args.quality, args.seed, args.profile_top, args.pods_per_node)
     report(result)
     write_result(args.out, result)
     return result

@@ -28,6 +28,7 @@ from gangpreempt.errors import InvalidInput
 from gangpreempt.model import kinds
 from gangpreempt.model.workloads import Workload
 from gangpreempt.replica import StateReplica
+from gangpreempt.telemetry import publish_batch_span
 from services import simwire
 from services.ingest.journal import Journal, Line
 from services.ingest.kubernetes import KubeSource
@@ -86,13 +87,15 @@ class Ingest:
         sent back to back with their acks awaited together, a window at a time (a full
         republish of a large cluster is tens of thousands of messages)."""
         acks: list[asyncio.Future[Any]] = []
-        for obj in upserts:
-            await self.put(obj, acks)
-            await self._settle(acks, ACK_WINDOW)
-        for kind, key in deletes:
-            await self.remove(kind, key, acks)
-            await self._settle(acks, ACK_WINDOW)
-        await self._settle(acks, 0)
+        template = f"{self.ctx.topology.prefix}.state"
+        with publish_batch_span(template, len(upserts) + len(deletes)):
+            for obj in upserts:
+                await self.put(obj, acks)
+                await self._settle(acks, ACK_WINDOW)
+            for kind, key in deletes:
+                await self.remove(kind, key, acks)
+                await self._settle(acks, ACK_WINDOW)
+            await self._settle(acks, 0)
         if upserts or deletes:
             log.info("state published", upserted=len(upserts), deleted=len(deletes))
 

@@ -61,12 +61,22 @@ class Publisher:
         etype = events.event_type(event)
         headers = {"Nats-Msg-Id": event.id, HEADER_TYPE: etype, HEADER_SERVICE: self.service}
         template = subject_template(self.topology, subject)
+        if template != subject:
+            # A STATE object: no span of its own (one per object cost more CPU than the
+            # publish itself); it carries the context of the batch it is part of.
+            inject(headers)
+            return await self._send(subject, body, headers, f"{etype} {event.id}")
         with publish_span(subject, template, event.id, len(body)):
             inject(headers)
-            self.check_size(body, headers, what=f"{etype} {event.id}")
-            return await self.js.publish_async(
-                subject, body, headers=headers, stream=self.topology.stream_for(subject)
-            )
+            return await self._send(subject, body, headers, f"{etype} {event.id}")
+
+    async def _send(
+        self, subject: str, body: bytes, headers: dict[str, str], what: str
+    ) -> asyncio.Future[PubAck]:
+        self.check_size(body, headers, what=what)
+        return await self.js.publish_async(
+            subject, body, headers=headers, stream=self.topology.stream_for(subject)
+        )
 
     def check_size(self, body: bytes, headers: dict[str, str], what: str) -> None:
         size = len(body) + header_size(headers)

@@ -74,6 +74,7 @@ class NodeCluster:
         self.state = state
         self.nodes: list[NodeView] = [NodeView(n) for _, n in sorted(state.nodes.items())]
         self.by_name: dict[str, NodeView] = {v.name: v for v in self.nodes}
+        self.row: dict[str, int] = {v.name: i for i, v in enumerate(self.nodes)}
         self.members: dict[str, list[Pod]] = {}
         self.pod_priority: dict[str, int] = {}
         self.unbound: list[Pod] = []  # running on a node that is not in the snapshot

@@ -56,6 +56,7 @@ class NodePlanner:
         self.cluster = NodeCluster(state)
         self.table = UnitTable(self.cluster, now)
         self.priority_search = priority_search
+        self.use_columns = True  # the gang search's column path where it applies
         self.promised: set[str] = set()  # units (refs) already chosen as victims
         self._members_by_quota: dict[str, list[Pod]] | None = None
 
@@ -281,6 +282,7 @@ class NodePlanner:
             self.priority_search,
             nominated=nominated_usage(self.cluster, pre.pods, pre.priority),
         )
+        search.use_columns = self.use_columns
         topology = next((g.topology_key for g in pre.groups if g.topology_key), "")
         doms = domains(self.cluster.nodes, topology)
         for dom in doms:
@@ -303,7 +305,7 @@ class NodePlanner:
             return self._decision(
                 pre, quota, "NoFit", PENDING, [], {}, f"does not fit{detail} and {refusal}"
             )
-        search.candidates = self.table.candidates(pre.priority, self._own_units(pre))
+        search.candidates_below(pre.priority, self._own_units(pre))
         outcomes = [o for o in (search.run(d) for d in doms) if o is not None]
         chosen = best(outcomes, self.now)
         if chosen is None:
@@ -412,6 +414,7 @@ class NodePlanner:
         search = GangSearch(
             self.table, shapes, required, [], priority_search=self.priority_search, forced=forced
         )
+        search.use_columns = self.use_columns
         cluster = domains(self.cluster.nodes, "")[0]
         placement = search.fits_without_preemption(cluster)
         extra: list[Unit] = []

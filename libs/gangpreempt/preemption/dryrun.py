@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gangpreempt.model.pods import Pod
+from gangpreempt.model.scheduling import SchedulingConstraints
 from gangpreempt.placement.cluster import NodeCluster
 from gangpreempt.preemption.units import Unit, UnitTable
 
@@ -46,7 +47,8 @@ class NodeColumns:
                     self.taken[i, j, k] = taken.get(res, 0)
         present = self.index >= 0
         safe = np.where(present, self.index, 0)
-        self.priority = np.array([u.priority for u in self.units], dtype=np.int64)[safe]
+        self.unit_priority = np.array([u.priority for u in self.units], dtype=np.int64)
+        self.priority = self.unit_priority[safe]
         self.pods = np.array([len(u.pods) for u in self.units], dtype=np.int64)[safe]
         self.start = np.array([u.start.timestamp() for u in self.units], dtype=np.float64)[safe]
         self.present = present
@@ -60,7 +62,7 @@ def columns(table: UnitTable, resources: tuple[str, ...]) -> NodeColumns:
     return cols
 
 
-def _free(cluster: NodeCluster, resources: tuple[str, ...]) -> I64:
+def free_rows(cluster: NodeCluster, resources: tuple[str, ...]) -> I64:
     """Free room of every node (rows in name order); the cluster drops it when a node's
     use changes."""
     rows = cluster.free_rows.get(resources)
@@ -73,12 +75,12 @@ def _free(cluster: NodeCluster, resources: tuple[str, ...]) -> I64:
     return result
 
 
-def _allowed(cluster: NodeCluster, pod: Pod) -> npt.NDArray[np.bool_]:
-    """Which nodes (rows) the pod's selectors, affinity, taints and cordon admit."""
-    key = msgspec.json.encode(pod.scheduling)
+def allowed_rows(cluster: NodeCluster, scheduling: SchedulingConstraints) -> npt.NDArray[np.bool_]:
+    """Which nodes (rows) pods with these selectors, affinity, tolerations admit."""
+    key = msgspec.json.encode(scheduling)
     rows = cluster.allowed_rows.get(key)
     if rows is None:
-        names = cluster.allowed_names(pod.scheduling)
+        names = cluster.allowed_names(scheduling)
         rows = cluster.allowed_rows[key] = np.array(
             [v.name in names for v in cluster.nodes], dtype=np.bool_
         )
@@ -140,8 +142,8 @@ def dry_run(
         return None, 0
     takeable = _takeable(table, cols, resources, priority, exclude)
     mask = takeable.mask
-    freed_all = _free(cluster, resources) + takeable.freed
-    potential = _allowed(cluster, pod) & takeable.any
+    freed_all = free_rows(cluster, resources) + takeable.freed
+    potential = allowed_rows(cluster, pod.scheduling) & takeable.any
     rows = np.flatnonzero(potential & (freed_all >= need).all(axis=1))[:limit]
     if len(rows) == 0:
         return None, int(potential.sum())
@@ -175,4 +177,4 @@ def dry_run(
     return (int(rows[best]), chosen), evaluated
 
 
-__all__ = ["NodeColumns", "Takeable", "columns", "dry_run"]
+__all__ = ["NodeColumns", "Takeable", "allowed_rows", "columns", "dry_run", "free_rows"]

@@ -25,7 +25,7 @@ import numpy as np
 from gangpreempt.placement.cluster import NodeView
 from gangpreempt.placement.fit import fits, take
 from gangpreempt.placement.gang import Free, Shape, copy_free, place
-from gangpreempt.preemption.dryrun import Takeable, columns
+from gangpreempt.preemption.dryrun import NodeColumns, Takeable, allowed_rows, columns, free_rows
 from gangpreempt.preemption.single import victim_score
 from gangpreempt.preemption.units import Unit, UnitTable
 
@@ -90,7 +90,9 @@ class GangSearch:
         self.table = table
         self.shapes = shapes
         self.required = required  # shape index -> pods that must be placed
-        self.candidates = candidates  # most important first
+        self._candidates: list[Unit] | None = candidates  # most important first
+        self._filter: tuple[int, frozenset[str]] | None = None  # (priority, excluded refs)
+        self.use_columns = True  # the column path where it applies (tests turn it off)
         self.checks = list(checks)
         self.quota_units = set(quota_units)  # units that count in a checked quota
         self.priority_search = priority_search
@@ -103,6 +105,25 @@ class GangSearch:
         self._bases: dict[str, Free] = {}
         self._base_rows: dict[tuple[str, ...], Any] = {}  # the whole cluster's base, as arrays
         self._allowed_rows: dict[tuple[str, ...], Any] = {}
+
+    @property
+    def candidates(self) -> list[Unit]:
+        """Units the gang may take, most important first (listed on first use: the
+        column path never needs the list)."""
+        if self._candidates is None:
+            assert self._filter is not None
+            self._candidates = self.table.candidates(*self._filter)
+        return self._candidates
+
+    @candidates.setter
+    def candidates(self, units: list[Unit]) -> None:
+        self._candidates = units
+        self._filter = None
+
+    def candidates_below(self, priority: int, exclude: Iterable[str]) -> None:
+        """The candidates: units ``priority`` may take, except ``exclude``."""
+        self._candidates = None
+        self._filter = (priority, frozenset(exclude))
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -198,6 +219,8 @@ class GangSearch:
     def fits_without_preemption(self, domain: Domain) -> dict[str, str] | None:
         if not self._quota_ok(()):
             return None
+        if self._columnar(domain):
+            return ColumnSearch(self).fits_as_is()
         shapes = self._restrict(domain)
         free = dict(self._base(domain))  # place() replaces entries of the outer mapping
         placement = self._place(shapes, free)
@@ -205,7 +228,27 @@ class GangSearch:
             self._place_extra(shapes, free, placement)
         return placement
 
+    def _columnar(self, domain: Domain) -> bool:
+        """Whether the column path answers for this domain: one pod shape over the whole
+        cluster (every demand positive), no quota check, no PodDisruptionBudget, no
+        victims forced. It gives the same answer as the general path (a property test
+        compares the two) in time that grows with the gang, not with the cluster."""
+        return (
+            self.use_columns
+            and len(self.shapes) == 1
+            and all(v > 0 for v in self.shapes[0].demand.values())
+            and len(domain.nodes) == len(self.table.cluster.nodes)
+            and not self.checks
+            and not self.forced
+            and not self.table.covering
+        )
+
     def run(self, domain: Domain) -> GangOutcome | None:
+        if self._columnar(domain):
+            found = ColumnSearch(self).run(domain.name)
+            if found is None:
+                self.skipped.append(f"{domain.name}: does not fit even with every candidate gone")
+            return found
         shapes = self._restrict(domain)
         base = self._base(domain)
         if len(base) == len(self.table.cluster.nodes):
@@ -376,3 +419,229 @@ def best(outcomes: Iterable[GangOutcome], now: datetime) -> GangOutcome | None:
 
 
 __all__ = ["Check", "Domain", "GangOutcome", "GangSearch", "best", "domains"]
+
+
+class ColumnSearch:
+    """``GangSearch``'s steps for one pod shape over the whole cluster, on the column
+    arrays of ``dryrun`` (rows: nodes in name order; columns: the units on each node, most
+    important first): every feasibility check is a masked sum, the placement preference
+    is a suffix sum per node, and the reprieve walks only the units on the nodes the
+    placement uses (a unit elsewhere always fits back where it runs: its nodes keep at
+    least the room they had)."""
+
+    def __init__(self, search: GangSearch) -> None:
+        self.search = search
+        table = search.table
+        cluster = table.cluster
+        shape = search.shapes[0]
+        self.shape = shape
+        self.resources = tuple(sorted(shape.demand))
+        self.need = np.array([shape.demand[r] for r in self.resources], dtype=np.int64)
+        self.cols: NodeColumns = columns(table, self.resources)
+        base = free_rows(cluster, self.resources)
+        if search.nominated:
+            base = base.copy()
+            for name, taken in search.nominated.items():
+                row = cluster.row.get(name)
+                if row is not None:
+                    base[row] -= np.array([taken.get(r, 0) for r in self.resources])
+        self.base = base
+        self.allowed = allowed_rows(cluster, shape.pods[0].scheduling)
+        self.minimum = search.required.get(0, 0)  # pods that must fit
+        self.want = search.required.get(0, len(shape.pods))  # pods placed in the first pass
+
+    # -- arithmetic ------------------------------------------------------------------------
+
+    def capacity(self, free: Any) -> Any:
+        """Pods of the shape each node (row) holds with ``free`` room; 0 where the shape
+        may not go."""
+        cap = np.clip(free // self.need, 0, None).min(axis=1)
+        return np.where(self.allowed, cap, 0)
+
+    def freed(self, units: Any) -> Any:
+        """Room each node gains with the units (a mask over ``cols.units``) gone."""
+        return Takeable(self.cols, units).freed
+
+    def fits_without(self, units: Any) -> bool:
+        room = self.capacity(self.base + self.freed(units))
+        return int(room.sum()) >= self.minimum
+
+    def usable(self) -> Any:
+        """The candidates as a mask over ``cols.units``."""
+        search, cols = self.search, self.cols
+        if search._filter is not None:
+            priority, exclude = search._filter
+            mask = eligible_mask(search.table, cols, priority).copy()
+            mask[[cols.position[r] for r in exclude if r in cols.position]] = False
+            return mask
+        mask = np.zeros(len(cols.units), dtype=np.bool_)
+        mask[[cols.position[u.ref] for u in search.candidates]] = True
+        return mask
+
+    @staticmethod
+    def greedy(cap: Any, rows: Any, count: int) -> list[tuple[int, int]] | None:
+        """First fit along ``rows``: (row, pods placed there) for ``count`` pods, or None
+        when they do not all fit."""
+        if count <= 0:
+            return []
+        caps = cap[rows]
+        total = np.cumsum(caps)
+        if len(total) == 0 or int(total[-1]) < count:
+            return None
+        last = int(np.searchsorted(total, count))
+        out = [(int(rows[i]), int(caps[i])) for i in range(last + 1) if caps[i] > 0]
+        over = int(total[last]) - count
+        if over:
+            row, n = out[-1]
+            out[-1] = (row, n - over)
+        return out
+
+    def assign(self, slots: list[tuple[int, int]], pods: Sequence[Any]) -> dict[str, str]:
+        nodes = self.search.table.cluster.nodes
+        placement: dict[str, str] = {}
+        it = iter(pods)
+        for row, n in slots:
+            name = nodes[row].name
+            for _ in range(n):
+                placement[next(it).ref] = name
+        return placement
+
+    def place_extra(self, free: Any, placement: dict[str, str]) -> None:
+        """Pods beyond minCount go where there is room left (name order), evicting
+        nobody more."""
+        extra = self.shape.pods[self.want :]
+        if not extra:
+            return
+        cap = self.capacity(free)
+        rows = np.flatnonzero(cap > 0)
+        n = min(len(extra), int(cap.sum()))
+        slots = self.greedy(cap, rows, n) or []
+        placement.update(self.assign(slots, extra[:n]))
+
+    # -- the steps ---------------------------------------------------------------------------
+
+    def fits_as_is(self) -> dict[str, str] | None:
+        cap = self.capacity(self.base)
+        slots = self.greedy(cap, np.flatnonzero(self.allowed), self.want)
+        if slots is None:
+            return None
+        placement = self.assign(slots, self.shape.pods[: self.want])
+        self.place_extra(self.base - self._placed(slots), placement)
+        return placement
+
+    def _placed(self, slots: list[tuple[int, int]]) -> Any:
+        taken = np.zeros_like(self.base)
+        for row, n in slots:
+            taken[row] += n * self.need
+        return taken
+
+    def run(self, domain: str) -> GangOutcome | None:
+        search, cols = self.search, self.cols
+        usable = self.usable()
+        if not self.fits_without(usable):
+            return None
+        chosen = usable
+        if search.priority_search:
+            levels = np.unique(cols.unit_priority[usable])
+            lo, hi = 0, len(levels) - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self.fits_without(usable & (cols.unit_priority <= levels[mid])):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            if len(levels):
+                chosen = usable & (cols.unit_priority <= levels[hi])
+        taking = Takeable(cols, chosen)
+        slots = self._cheap_slots(taking)
+        if slots is None:  # cannot happen: ``chosen`` was found feasible in name order
+            search.skipped.append(f"{domain}: no placement found")
+            return None
+        placement = self.assign(slots, self.shape.pods[: self.want])
+        victims = self._reprieve(taking, slots)
+        mask = np.zeros(len(cols.units), dtype=np.bool_)
+        mask[[cols.position[u.ref] for u in victims]] = True
+        self.place_extra(self.base + self.freed(mask) - self._placed(slots), placement)
+        return GangOutcome(domain, placement, victims, 0)
+
+    def _cheap_slots(self, taking: Takeable) -> list[tuple[int, int]] | None:
+        """``GangSearch._cheap_placement``: nodes where a pod fits as things are first
+        (name order), then those whose least important chosen units make room soonest:
+        lowest highest priority, fewest pods taken down, fewest units."""
+        cols, need, base = self.cols, self.need, self.base
+        cm = taking.mask
+        fits_now: Any = (base >= need).all(axis=1)
+        taken = cols.taken * cm[:, :, None]
+        suffix = np.flip(np.cumsum(np.flip(taken, 1), 1), 1)  # room from column j on
+        ok = (base[:, None, :] + suffix >= need).all(axis=2) & cm
+        has = ok.any(axis=1)
+        width = cm.shape[1]
+        stop = width - 1 - np.argmax(np.flip(ok, 1), axis=1) if width else np.zeros(0, int)
+        rows = np.flatnonzero(self.allowed & (fits_now | has))
+        if width:
+            lowest = np.iinfo(np.int64).min
+            count = np.flip(np.cumsum(np.flip(cm, 1), 1), 1)
+            pods = np.flip(np.cumsum(np.flip(cols.pods * cm, 1), 1), 1)
+            prio = np.flip(
+                np.maximum.accumulate(np.flip(np.where(cm, cols.priority, lowest), 1), 1), 1
+            )
+            at = stop[rows]
+            now = fits_now[rows]
+            keys = (
+                rows,
+                np.where(now, 0, count[rows, at]),
+                np.where(now, 0, pods[rows, at]),
+                np.where(now, 0, prio[rows, at]),
+                np.where(now, 0, 1),
+            )
+            rows = rows[np.lexsort(keys)]
+        cap = self.capacity(base + taking.freed)
+        slots = self.greedy(cap, rows, self.want)
+        if slots is None:  # the preference order packed worse: take the plain order
+            slots = self.greedy(cap, np.flatnonzero(self.allowed), self.want)
+        return slots
+
+    def _reprieve(self, taking: Takeable, slots: list[tuple[int, int]]) -> list[Unit]:
+        """Every chosen unit, most important first, is put back where it runs when every
+        node it runs on still holds. Only nodes the placement uses (or short of room
+        already) can refuse one; the walk visits the units there."""
+        cols, base = self.cols, self.base
+        placed = {row: n for row, n in slots}
+        touched = set(placed) | {int(r) for r in np.flatnonzero((base < 0).any(axis=1))}
+        if not touched:
+            return []
+        rows = np.array(sorted(touched), dtype=np.int64)
+        room = base[rows] + taking.freed[rows]
+        free: dict[int, list[int]] = {}
+        for k, row in enumerate(rows.tolist()):
+            have = room[k] - placed.get(row, 0) * self.need
+            free[row] = have.tolist()
+        cells: dict[int, list[tuple[int, list[int]]]] = {}
+        sub = taking.mask[rows]
+        for k, j in zip(*np.nonzero(sub), strict=True):
+            row = int(rows[k])
+            cells.setdefault(int(cols.index[row, j]), []).append((row, cols.taken[row, j].tolist()))
+        victims: list[Unit] = []
+        for position in sorted(cells):  # most important first
+            here = cells[position]
+            if all(
+                all(v <= 0 or f - v >= 0 for f, v in zip(free[row], taken, strict=True))
+                for row, taken in here
+            ):
+                for row, taken in here:
+                    free[row] = [f - v for f, v in zip(free[row], taken, strict=True)]
+            else:
+                victims.append(cols.units[position])
+        return victims
+
+
+def eligible_mask(table: UnitTable, cols: NodeColumns, priority: int) -> Any:
+    """Which of ``cols.units`` the priority may take (cached per priority)."""
+    key = ("eligible", str(priority))
+    mask = table.columns.get(key)
+    if mask is None:
+        eligible = table.eligible(priority)
+        mask = table.columns[key] = np.array(
+            [u.ref in eligible for u in cols.units], dtype=np.bool_
+        )
+    return mask

@@ -87,6 +87,24 @@ def publish_span(subject: str, template: str, message_id: str, size: int) -> Ite
 
 
 @contextlib.contextmanager
+def publish_batch_span(template: str, count: int) -> Iterator[Span]:
+    """One span for a batch of messages sent together (the STATE objects of one change
+    set): the messages carry its context and open no span of their own."""
+    with tracer().start_as_current_span(
+        f"publish {template}",
+        kind=SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": MESSAGING_SYSTEM,
+            "messaging.operation.name": "publish",
+            "messaging.operation.type": "send",
+            "messaging.destination.template": template,
+            "messaging.batch.message_count": count,
+        },
+    ) as span:
+        yield span
+
+
+@contextlib.contextmanager
 def process_span(
     subject: str, template: str, headers: Mapping[str, str] | None, consumer: str
 ) -> Iterator[Span]:
@@ -118,6 +136,7 @@ __all__ = [
     "extract",
     "inject",
     "process_span",
+    "publish_batch_span",
     "publish_span",
     "setup_tracing",
     "shutdown_tracing",
