@@ -1,12 +1,15 @@
 """A service's live view: a STATE replica and, kept in step with it change by change, the
-quota ledger the core computes on."""
+quota ledger and the node-level index the core computes on."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from gangpreempt.errors import InvalidInput
+from gangpreempt.planning.nodeindex import NodeIndex
 from gangpreempt.quota.ledger import Ledger
 from gangpreempt.quota.snapshot import Snapshot
 from gangpreempt.replica import StateReplica
@@ -28,21 +31,26 @@ class LiveState:
         self.ctx = ctx
         self.replica = StateReplica(ctx.nc, ctx.topology, service)
         self.ledger: Ledger | None = None
+        self.nodes = NodeIndex(self.replica.state)
         self._on_change = on_change
         self.replica.on_change(self._changed)
 
     def _changed(self, kind: str, old: Any, new: Any) -> None:
         if self.ledger is not None:
             self.ledger.changed(kind, old, new)
+        self.nodes.changed(kind, old, new)
         if self._on_change is not None:
             self._on_change(kind, old, new)
 
     async def start(self) -> None:
-        """Rebuild from STATE, then build the ledger on the caught-up state (nothing awaits
-        between the two, so no change can slip in between)."""
+        """Rebuild from STATE, then build the ledger and the node index on the caught-up
+        state (nothing awaits in between, so no change can slip in)."""
         await self.replica.start()
         await self.replica.caught_up(timeout=30)
         self.ledger = Ledger(self.replica.state, self.ctx.now())
+        # Without success it is built again at the first decision, which says why not.
+        with contextlib.suppress(InvalidInput):
+            self.nodes.build(self.ctx.now())
 
     def snapshot(self, now: datetime) -> Snapshot:
         assert self.ledger is not None, "start() first"

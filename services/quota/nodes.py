@@ -23,6 +23,7 @@ from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod
 from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.nodeconfirm import NodeVictim, node_rejection, victim_rejection
+from gangpreempt.planning.nodeindex import NodeIndex
 from gangpreempt.planning.nodeplan import NodePlanner, Preemptor
 from services.quota.flights import ACTUATED, ADMITTING, Flights
 
@@ -115,10 +116,10 @@ class NodeBook:
                 ready.append(ref)
         return ready
 
-    def planner(self, state: ClusterState, now: datetime, but: Iterable[str] = ()) -> NodePlanner:
+    def planner(self, index: NodeIndex, now: datetime, but: Iterable[str] = ()) -> NodePlanner:
         """A planner with the room of every plan held, except the preemptors ``but``."""
         skip = set(but)
-        planner = NodePlanner(state, now)
+        planner = index.planner(now)
         for key, held in self.plans.items():
             if key not in skip:
                 planner.hold(held.placement, held.victims)

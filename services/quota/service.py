@@ -222,7 +222,7 @@ class Quota:
         planner: NodePlanner | None = None
         if state.pods:
             try:
-                planner = self.nodes.planner(state, now, but=ready)
+                planner = self.nodes.planner(self.live.nodes, now, but=ready)
                 outbox += admit_ready(planner, self.nodes, self.flights, ready, now)
                 decisions = with_nodes(planner, decisions)  # Kueue workloads with pods
             except InvalidInput as exc:  # e.g. a pod whose PriorityClass is not here yet

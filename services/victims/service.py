@@ -24,7 +24,7 @@ from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod
 from gangpreempt.model.workloads import Workload
 from gangpreempt.planning import Decision, Victim, plan_on
-from gangpreempt.planning.nodeplan import NodePlanner, is_node_level
+from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.planning.records import REQUESTED
 from services.livestate import LiveState, key_of
 from services.runtime import ServiceContext
@@ -116,9 +116,9 @@ class Victims:
     ) -> events.Event:
         """A node-level preemptor: the same core call as ``gangpreempt plan --workload
         Pod/...|PodGroup/...``, with the units promised to other plans left alone."""
-        state, now = self.replica.state, self.ctx.now()
+        now = self.ctx.now()
         try:
-            planner = NodePlanner(state, now)
+            planner = self.live.nodes.planner(now)
             planner.promised.update(req.claimed)
             pre = planner.resolve(req.workload)
             decision = planner.decide(pre)

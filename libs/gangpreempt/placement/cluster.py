@@ -1,14 +1,20 @@
-"""The node-level view of a ``ClusterState``, indexed once per snapshot: nodes with what
-their running pods use, pods by node and by gang, and every pod's scheduling and
-preemption priority resolved (PriorityClass, ``globalDefault``, gang priorities)."""
+"""The node-level view of a ``ClusterState``: nodes with what their running pods use,
+pods by node and by gang, and every pod's scheduling and preemption priority resolved
+(PriorityClass, ``globalDefault``, gang priorities).
+
+Built once, then kept current change by change (``pod_changed``, ``node_updated``,
+``group_changed``: each touches the nodes and gangs of the change). A decision works on a
+``fork``: it shares everything and copies a node's room only when it holds room there
+(copy on write); a fork is valid until the next change to its base."""
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import insort
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
@@ -41,14 +47,22 @@ class NodeView:
         self.used: dict[str, int] = {}
         self.pods: list[Pod] = []
         self._avail: dict[str, int] | None = None
-        self.on_change: Callable[[], None] | None = None
+        self.on_change: Callable[[str], None] | None = None
+
+    def copy(self) -> NodeView:
+        """The same node with its own room (its pods list is shared: a fork never
+        changes which pods run)."""
+        view = NodeView(self.node)
+        view.used = dict(self.used)
+        view.pods = self.pods
+        return view
 
     def use(self, demand: Mapping[str, int], sign: int = 1) -> None:
         """Take ``demand`` on this node (``sign`` -1: give it back)."""
         add_into(self.used, demand, sign)
         self._avail = None
         if self.on_change is not None:
-            self.on_change()
+            self.on_change(self.name)
 
     @property
     def avail(self) -> dict[str, int]:
@@ -68,38 +82,31 @@ class NodeView:
 
 
 class NodeCluster:
-    """Nodes, pods and gangs of one snapshot, with priorities resolved."""
+    """Nodes, pods and gangs of one state, with priorities resolved."""
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        self.base: NodeCluster | None = None  # the cluster this one is a fork of
         self.nodes: list[NodeView] = [NodeView(n) for _, n in sorted(state.nodes.items())]
         self.by_name: dict[str, NodeView] = {v.name: v for v in self.nodes}
         self.row: dict[str, int] = {v.name: i for i, v in enumerate(self.nodes)}
-        self.members: dict[str, list[Pod]] = {}
+        self.members: dict[str, list[Pod]] = {}  # gang key -> its pods, by key
         self.pod_priority: dict[str, int] = {}
-        self.unbound: list[Pod] = []  # running on a node that is not in the snapshot
+        self.unbound: dict[str, Pod] = {}  # running on a node that is not in the state
+        self.kueue_pods: dict[str, set[str]] = {}  # Kueue Workload -> its pods' keys
         self._demand: dict[str, dict[str, int]] = {}
         self._allowed: dict[bytes, list[NodeView]] = {}
         self._allowed_names: dict[bytes, frozenset[str]] = {}
-        self.nominated: list[Pod] = [
-            p for p in state.pods.values() if p.pending and p.nominated_node
-        ]
+        self.nominated: dict[str, Pod] = {}  # pending pods nominated to a node, by key
+        self.pending: dict[str, Pod] = {}  # pending pods by key
         default = state.global_default_priority()
         for key, pod in sorted(state.pods.items()):
             self.pod_priority[key] = self._pod_priority(pod, default)
-            if pod.group:
-                self.members.setdefault(pod.group, []).append(pod)
-            if not pod.running:
-                continue
-            view = self.by_name.get(pod.node_name)
-            if view is None:
-                self.unbound.append(pod)
-                continue
-            view.pods.append(pod)
-            view.use(self.demand(pod))
-        self._by_free: dict[str, tuple[list[int], list[int]]] = {}
-        # free room as arrays per resource set (preemption.dryrun), dropped on a change
+            self._index(pod)
+        # free room as arrays per resource set (rows: nodes in name order), kept current
         self.free_rows: dict[tuple[str, ...], Any] = {}
+        self._own_rows: set[tuple[str, ...]] = set()  # arrays a fork has copied
+        self._owned: set[str] | None = None  # a fork: the nodes whose room it copied
         self.allowed_rows: dict[bytes, Any] = {}  # per scheduling constraints
         for view in self.nodes:
             view.on_change = self._changed
@@ -107,6 +114,146 @@ class NodeCluster:
             key: self._group_priorities(group, default)
             for key, group in sorted(state.pod_groups.items())
         }
+
+    # -- incremental updates ----------------------------------------------------------------
+
+    def _index(self, pod: Pod) -> None:
+        """Account for a pod (its priority is resolved already)."""
+        if pod.group:
+            insort(self.members.setdefault(pod.group, []), pod, key=_pod_key)
+        if pod.kueue_workload:
+            self.kueue_pods.setdefault(pod.kueue_workload, set()).add(pod.key)
+        if pod.pending:
+            self.pending[pod.key] = pod
+            if pod.nominated_node:
+                self.nominated[pod.key] = pod
+        if not pod.running:
+            return
+        view = self.by_name.get(pod.node_name)
+        if view is None:
+            self.unbound[pod.key] = pod
+            return
+        insort(view.pods, pod, key=_pod_key)
+        view.use(self.demand(pod))
+
+    def _unindex(self, pod: Pod) -> None:
+        if pod.group:
+            members = self.members.get(pod.group, [])
+            members.remove(pod)
+            if not members:
+                self.members.pop(pod.group, None)
+        if pod.kueue_workload:
+            keys = self.kueue_pods.get(pod.kueue_workload, set())
+            keys.discard(pod.key)
+            if not keys:
+                self.kueue_pods.pop(pod.kueue_workload, None)
+        self.nominated.pop(pod.key, None)
+        self.pending.pop(pod.key, None)
+        if pod.running:
+            view = self.by_name.get(pod.node_name)
+            if view is None:
+                self.unbound.pop(pod.key, None)
+            else:
+                view.pods.remove(pod)
+                view.use(pod_demand(pod), -1)
+        self._demand.pop(pod.key, None)
+
+    def pod_changed(self, old: Pod | None, new: Pod | None) -> None:
+        """A pod was added, changed or deleted (the state holds ``new`` already). Raises
+        ``InvalidInput`` when its PriorityClass is unknown (the caller rebuilds later)."""
+        if old is not None:
+            self._unindex(old)
+            self.pod_priority.pop(old.key, None)
+        if new is not None:
+            self.pod_priority[new.key] = self._pod_priority(
+                new, self.state.global_default_priority()
+            )
+            self._index(new)
+        for group in {p.group for p in (old, new) if p is not None and p.group}:
+            self.group_changed(group)
+
+    def group_changed(self, key: str) -> None:
+        """A gang's PodGroup or one of its pods changed: its priorities again."""
+        group = self.state.pod_groups.get(key)
+        if group is None:
+            self.group_priority.pop(key, None)
+        else:
+            self.group_priority[key] = self._group_priorities(
+                group, self.state.global_default_priority()
+            )
+
+    def node_updated(self, node: Node) -> None:
+        """A node already indexed changed (labels, taints, cordon, allocatable)."""
+        view = self.by_name[node.name]
+        view.node = node
+        view.alloc = node.allocatable
+        view._avail = None
+        self._allowed.clear()
+        self._allowed_names.clear()
+        self.allowed_rows.clear()
+        self._changed(node.name)
+
+    # -- forks ------------------------------------------------------------------------------
+
+    def fork(self) -> NodeCluster:
+        """A view for one decision (or one pass of them): everything shared, a node's
+        room copied only when the fork takes or gives room there (``use``)."""
+        fork = NodeCluster.__new__(NodeCluster)
+        fork.__dict__.update(self.__dict__)
+        fork.base = self
+        fork.nodes = list(self.nodes)
+        fork.by_name = dict(self.by_name)
+        fork.nominated = dict(self.nominated)
+        fork.free_rows = dict(self.free_rows)
+        fork._own_rows = set()
+        fork._owned = set()
+        return fork
+
+    def use(self, name: str, demand: Mapping[str, int], sign: int = 1) -> None:
+        """Take ``demand`` on node ``name`` (``sign`` -1: give it back); a fork copies
+        the node first."""
+        view = self.by_name.get(name)
+        if view is None:
+            return
+        if self._owned is not None and name not in self._owned:
+            view = view.copy()
+            view.on_change = self._changed
+            self.nodes[self.row[name]] = self.by_name[name] = view
+            self._owned.add(name)
+        view.use(demand, sign)
+
+    def _changed(self, name: str) -> None:
+        row = self.row.get(name)
+        if row is None:
+            return
+        avail = self.by_name[name].avail
+        for resources, rows in self.free_rows.items():
+            if self.base is not None and resources not in self._own_rows:
+                rows = self.free_rows[resources] = rows.copy()
+                self._own_rows.add(resources)
+            rows[row] = [avail.get(r, 0) for r in resources]
+
+    def free_rows_of(self, resources: tuple[str, ...]) -> Any:
+        """Free room of every node (rows in name order) in ``resources``: an int64 array
+        kept current (callers must not change it)."""
+        rows = self.free_rows.get(resources)
+        if rows is None:
+            if self.base is not None:
+                rows = self.base.free_rows_of(resources)
+                if self._owned:
+                    rows = rows.copy()
+                    self._own_rows.add(resources)
+                    for name in self._owned:
+                        avail = self.by_name[name].avail
+                        rows[self.row[name]] = [avail.get(r, 0) for r in resources]
+            else:
+                rows = np.array(
+                    [[v.avail.get(r, 0) for r in resources] for v in self.nodes], dtype=np.int64
+                ).reshape(len(self.nodes), len(resources))
+            self.free_rows[resources] = rows
+        return rows
+
+    # -- lookups ----------------------------------------------------------------------------
 
     def demand(self, pod: Pod) -> dict[str, int]:
         """``pod_demand``, computed once per pod."""
@@ -133,35 +280,15 @@ class NodeCluster:
             ]
         return nodes
 
-    def _changed(self) -> None:
-        self._by_free.clear()
-        self.free_rows.clear()
-
     def with_room(self, demand: Mapping[str, int]) -> list[int]:
-        """Positions (in ``nodes``) of the nodes with at least ``demand`` free, ascending.
-        Each resource keeps its nodes sorted by free amount (rebuilt after a node's use
-        changes), so only the nodes with room for the scarcest requested resource are
-        looked at, not every node."""
-        best: list[int] | None = None
-        for res, amount in demand.items():
-            if amount <= 0:
-                continue
-            index = self._by_free.get(res)
-            if index is None:
-                ranked = sorted((v.avail.get(res, 0), i) for i, v in enumerate(self.nodes))
-                index = self._by_free[res] = ([a for a, _ in ranked], [i for _, i in ranked])
-            amounts, positions = index
-            start = bisect_left(amounts, amount)
-            if best is None or len(positions) - start < len(best):
-                best = positions[start:]
-        if best is None:
+        """Positions (in ``nodes``) of the nodes with at least ``demand`` free, ascending
+        (on the free-room arrays)."""
+        resources = tuple(sorted(r for r, v in demand.items() if v > 0))
+        if not resources:
             return list(range(len(self.nodes)))
-        nodes = self.nodes
-        return sorted(
-            i
-            for i in best
-            if all(a <= 0 or nodes[i].avail.get(r, 0) >= a for r, a in demand.items())
-        )
+        need = np.array([demand[r] for r in resources], dtype=np.int64)
+        rows = self.free_rows_of(resources)
+        return [int(i) for i in np.flatnonzero((rows >= need).all(axis=1))]
 
     # -- priorities ---------------------------------------------------------------------
 
@@ -254,6 +381,10 @@ class NodeCluster:
 
     def never_preempts(self, pods: Iterable[Pod]) -> bool:
         return any(self.preemption_policy(p) == NEVER for p in pods)
+
+
+def _pod_key(pod: Pod) -> str:
+    return pod.key
 
 
 __all__ = ["NodeCluster", "NodeView", "add_into", "pod_demand"]

@@ -50,11 +50,22 @@ class NodePlanner:
     """Node-level decisions on one snapshot; ``commit`` makes a decision's placement and
     victims count for the preemptors decided after it."""
 
-    def __init__(self, state: ClusterState, now: datetime, priority_search: bool = True) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        now: datetime,
+        priority_search: bool = True,
+        index: tuple[NodeCluster, UnitTable] | None = None,
+    ) -> None:
+        """``index``: a cluster and table kept current elsewhere (``NodeIndex``), to
+        decide on instead of building them from ``state``."""
         self.state = state
         self.now = now
-        self.cluster = NodeCluster(state)
-        self.table = UnitTable(self.cluster, now)
+        if index is None:
+            self.cluster = NodeCluster(state)
+            self.table = UnitTable(self.cluster, now)
+        else:
+            self.cluster, self.table = index
         self.priority_search = priority_search
         self.use_columns = True  # the gang search's column path where it applies
         self.promised: set[str] = set()  # units (refs) already chosen as victims
@@ -106,7 +117,9 @@ class NodePlanner:
         first, then by name (the order kube-scheduler's queue would pop them)."""
         out: list[Preemptor] = []
         seen_workloads: set[str] = set()
-        for key, pods in sorted(self.cluster.members.items()):
+        pending = self.cluster.pending
+        for key in sorted({p.group for p in pending.values() if p.group}):
+            pods = self.cluster.members.get(key, [])
             group = self.state.pod_groups.get(key)
             if group is None or not any(p.pending and not self._kueue_pending(p) for p in pods):
                 continue
@@ -121,10 +134,10 @@ class NodePlanner:
                 )
             else:
                 out.append(self._gang(group.ref, [key]))
-        for key, pod in sorted(self.state.pods.items()):
+        for key, pod in sorted(pending.items()):
             if self._kueue_pending(pod):
                 continue  # decided with its Kueue Workload (``compose``)
-            if pod.pending and not (pod.group and pod.group in self.state.pod_groups):
+            if not (pod.group and pod.group in self.state.pod_groups):
                 out.append(Preemptor(pod.ref, [pod], [], self.cluster.pod_priority[key]))
         out.sort(key=lambda p: (-p.priority, p.ref.split("/", 1)[1], p.ref))
         return out
@@ -462,18 +475,12 @@ class NodePlanner:
             self.promised.add(ref)
             unit = self.table.units.get(ref)
             for name, taken in self.table.nodes_of.get(ref, []) if unit is not None else []:
-                view = self.cluster.by_name.get(name)
-                if view is not None:
-                    view.use(taken, -1)
-        placed: set[str] = set()
+                self.cluster.use(name, taken, -1)
         for ref, node in placement.items():
             pod = self.state.pods.get(ref.removeprefix("Pod/"))
-            view = self.cluster.by_name.get(node)
-            if pod is not None and pod.pending and view is not None:
-                view.use(self.cluster.demand(pod))
-                placed.add(pod.key)
-        if placed:
-            self.cluster.nominated = [p for p in self.cluster.nominated if p.key not in placed]
+            if pod is not None and pod.pending and node in self.cluster.by_name:
+                self.cluster.use(node, self.cluster.demand(pod))
+                self.cluster.nominated.pop(pod.key, None)
 
     def commit(self, pre: Preemptor, decision: Decision) -> None:
         """Later preemptors see this one's pods on their nodes and its victims gone."""

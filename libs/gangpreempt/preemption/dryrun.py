@@ -20,59 +20,21 @@ import numpy.typing as npt
 from gangpreempt.model.pods import Pod
 from gangpreempt.model.scheduling import SchedulingConstraints
 from gangpreempt.placement.cluster import NodeCluster
+from gangpreempt.preemption.columns import NodeColumns
 from gangpreempt.preemption.units import Unit, UnitTable
 
 I64 = npt.NDArray[np.int64]
 SHIFT = 2**31
 
 
-class NodeColumns:
-    """The units on each node (rows: nodes in name order; columns: units there, most
-    important first) and what they take of ``resources``; built once per snapshot and
-    resource set."""
-
-    def __init__(self, table: UnitTable, resources: tuple[str, ...]) -> None:
-        cluster = table.cluster
-        self.units = table.ordered
-        position = {u.ref: i for i, u in enumerate(self.units)}
-        rows = [table.on_node.get(v.name, []) for v in cluster.nodes]
-        width = max((len(r) for r in rows), default=0)
-        n = len(rows)
-        self.index = np.full((n, width), -1, dtype=np.int64)
-        self.taken = np.zeros((n, width, len(resources)), dtype=np.int64)
-        for i, row in enumerate(rows):
-            for j, (unit, taken) in enumerate(row):
-                self.index[i, j] = position[unit.ref]
-                for k, res in enumerate(resources):
-                    self.taken[i, j, k] = taken.get(res, 0)
-        present = self.index >= 0
-        safe = np.where(present, self.index, 0)
-        self.unit_priority = np.array([u.priority for u in self.units], dtype=np.int64)
-        self.priority = self.unit_priority[safe]
-        self.pods = np.array([len(u.pods) for u in self.units], dtype=np.int64)[safe]
-        self.start = np.array([u.start.timestamp() for u in self.units], dtype=np.float64)[safe]
-        self.present = present
-        self.position = position
-
-
 def columns(table: UnitTable, resources: tuple[str, ...]) -> NodeColumns:
-    cols = table.columns.get(resources)
-    if not isinstance(cols, NodeColumns):
-        cols = table.columns[resources] = NodeColumns(table, resources)
-    return cols
+    return table.columns_for(resources)
 
 
 def free_rows(cluster: NodeCluster, resources: tuple[str, ...]) -> I64:
-    """Free room of every node (rows in name order); the cluster drops it when a node's
-    use changes."""
-    rows = cluster.free_rows.get(resources)
-    if rows is None:
-        rows = np.array(
-            [[v.avail.get(res, 0) for res in resources] for v in cluster.nodes], dtype=np.int64
-        ).reshape(len(cluster.nodes), len(resources))
-        cluster.free_rows[resources] = rows
-    result: I64 = rows
-    return result
+    """Free room of every node (rows in name order), kept current by the cluster."""
+    rows: I64 = cluster.free_rows_of(resources)
+    return rows
 
 
 def allowed_rows(cluster: NodeCluster, scheduling: SchedulingConstraints) -> npt.NDArray[np.bool_]:
@@ -108,18 +70,18 @@ def _takeable(
     exclude: Collection[str],
 ) -> Takeable:
     """Cached per (resources, priority) when nothing is excluded, the usual case."""
-    eligible = table.eligible(priority)
     skip = [cols.position[r] for r in exclude if r in cols.position]
-    key = ("takeable", str(priority), *resources)
-    cached = table.columns.get(key)
+    key = ("takeable", priority, *resources)
+    cached = table.derived.get(key)
     if cached is not None and not skip:
         result: Takeable = cached
         return result
-    usable = np.array([u.ref in eligible for u in cols.units], dtype=np.bool_)
+    usable = table.eligible_mask(priority)
     if skip:
+        usable = usable.copy()
         usable[skip] = False
         return Takeable(cols, usable)
-    takeable = table.columns[key] = Takeable(cols, usable)
+    takeable = table.derived[key] = Takeable(cols, usable)
     return takeable
 
 
@@ -173,8 +135,14 @@ def dry_run(
     # earliest start of the highest-priority victims, then name order (np.lexsort: last
     # key first).
     best = int(np.lexsort((rows, -earliest, n_pods, total, highest))[0])
-    chosen = [cols.units[int(i)] for i in cols.index[rows[best]][victim[best]]]
+    chosen = [_unit(cols, int(i)) for i in cols.index[rows[best]][victim[best]]]
     return (int(rows[best]), chosen), evaluated
+
+
+def _unit(cols: NodeColumns, slot: int) -> Unit:
+    unit = cols.units[slot]
+    assert unit is not None, slot
+    return unit
 
 
 __all__ = ["NodeColumns", "Takeable", "allowed_rows", "columns", "dry_run", "free_rows"]

@@ -25,7 +25,8 @@ import numpy as np
 from gangpreempt.placement.cluster import NodeView
 from gangpreempt.placement.fit import fits, take
 from gangpreempt.placement.gang import Free, Shape, copy_free, place
-from gangpreempt.preemption.dryrun import NodeColumns, Takeable, allowed_rows, columns, free_rows
+from gangpreempt.preemption.columns import NodeColumns
+from gangpreempt.preemption.dryrun import Takeable, allowed_rows, columns, free_rows
 from gangpreempt.preemption.single import victim_score
 from gangpreempt.preemption.units import Unit, UnitTable
 
@@ -471,7 +472,7 @@ class ColumnSearch:
         search, cols = self.search, self.cols
         if search._filter is not None:
             priority, exclude = search._filter
-            mask = eligible_mask(search.table, cols, priority).copy()
+            mask = search.table.eligible_mask(priority)[: len(cols.units)].copy()
             mask[[cols.position[r] for r in exclude if r in cols.position]] = False
             return mask
         mask = np.zeros(len(cols.units), dtype=np.bool_)
@@ -622,8 +623,9 @@ class ColumnSearch:
             row = int(rows[k])
             cells.setdefault(int(cols.index[row, j]), []).append((row, cols.taken[row, j].tolist()))
         victims: list[Unit] = []
-        for position in sorted(cells):  # most important first
-            here = cells[position]
+        units = [u for slot in cells if (u := cols.units[slot]) is not None]
+        for unit in sorted(units, key=Unit.importance):  # most important first
+            here = cells[cols.position[unit.ref]]
             if all(
                 all(v <= 0 or f - v >= 0 for f, v in zip(free[row], taken, strict=True))
                 for row, taken in here
@@ -631,17 +633,5 @@ class ColumnSearch:
                 for row, taken in here:
                     free[row] = [f - v for f, v in zip(free[row], taken, strict=True)]
             else:
-                victims.append(cols.units[position])
+                victims.append(unit)
         return victims
-
-
-def eligible_mask(table: UnitTable, cols: NodeColumns, priority: int) -> Any:
-    """Which of ``cols.units`` the priority may take (cached per priority)."""
-    key = ("eligible", str(priority))
-    mask = table.columns.get(key)
-    if mask is None:
-        eligible = table.eligible(priority)
-        mask = table.columns[key] = np.array(
-            [u.ref in eligible for u in cols.units], dtype=np.bool_
-        )
-    return mask

@@ -70,7 +70,7 @@ def nominated_usage(
     do not."""
     own = {preemptor.key} if isinstance(preemptor, Pod) else {p.key for p in preemptor}
     out: dict[str, dict[str, int]] = {}
-    for pod in cluster.nominated:
+    for pod in cluster.nominated.values():
         if pod.key not in own and cluster.scheduling_priority(pod) >= priority:
             add_into(out.setdefault(pod.nominated_node, {}), cluster.demand(pod))
     return out

@@ -4,13 +4,17 @@ their importance order, and the PodDisruptionBudgets they would violate."""
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
+
 from gangpreempt.model.pods import PREEMPTIBLE_LABEL, UNIT_GROUP, Pod
 from gangpreempt.model.queues import PriorityClass
 from gangpreempt.placement.cluster import NodeCluster, add_into
+from gangpreempt.preemption.columns import NodeColumns, SlotData
 
 NON_PREEMPTIBLE = "false"
 
@@ -62,64 +66,294 @@ def tolerates(pc: PriorityClass | None, preemptor_priority: int, pod: Pod, now: 
 
 
 class UnitTable:
-    """Every running unit of a snapshot, built once; ``candidates`` filters per preemptor."""
+    """Every running unit of a ``NodeCluster``; ``candidates`` filters per preemptor.
+
+    Built once, then kept current (``pod_changed``, ``rehome``, ``refresh``): a change
+    rebuilds only the units it touches and the rows of their nodes. Each unit has a slot
+    (a stable number, reused once free) that the column arrays of ``preemption.dryrun``
+    refer to. A ``fork`` shares everything with its base but its cluster."""
 
     def __init__(self, cluster: NodeCluster, now: datetime) -> None:
         self.cluster = cluster
         self.now = now
-        groups = cluster.state.pod_groups
-        by_ref: dict[str, list[Pod]] = {}
-        is_group: dict[str, bool] = {}
-        bound = [p for view in cluster.nodes for p in view.pods]
-        for pod in bound + cluster.unbound:  # a unit goes whole, wherever its pods run
-            group = groups.get(pod.group) if pod.group else None
-            whole = group is not None and group.preemption_mode == UNIT_GROUP
-            ref = group.ref if whole and group is not None else pod.ref
-            if pod.kueue_workload in cluster.state.workloads:
-                ref, whole = f"Workload/{pod.kueue_workload}", True  # Kueue evicts it whole
-            by_ref.setdefault(ref, []).append(pod)
-            is_group[ref] = whole
-        self.units: dict[str, Unit] = {}
+        self.base: UnitTable | None = None  # the table this one is a fork of
+        self._pods_of: dict[str, dict[str, Pod]] = {}  # unit ref -> its pods by key
+        self._ref_of_pod: dict[str, str] = {}
+        self._whole: dict[str, bool] = {}
+        for view in cluster.nodes:
+            for pod in view.pods:
+                self._join(pod)
+        for pod in sorted(cluster.unbound.values(), key=_by_key):  # a unit goes whole
+            self._join(pod)
+        self.units: dict[str, Unit] = {ref: self._unit(ref) for ref in self._pods_of}
         self.of_pod: dict[str, Unit] = {}
-        for ref, pods in by_ref.items():
-            prio = cluster.preemption_priority(pods[0])
-            unit = Unit(ref, pods, prio, is_group[ref], now)
-            self.units[ref] = unit
-            for p in pods:
-                self.of_pod[p.key] = unit
         self.ordered = sorted(self.units.values(), key=Unit.importance)
         # node -> (unit, what the unit's pods there take), most important unit first
         self.on_node: dict[str, list[tuple[Unit, dict[str, int]]]] = {}
         # unit -> (node, what its pods take there)
         self.nodes_of: dict[str, list[tuple[str, dict[str, int]]]] = {}
-        for unit in self.ordered:
-            here: dict[str, dict[str, int]] = {}
-            for p in unit.pods:
-                add_into(here.setdefault(p.node_name, {}), cluster.demand(p))
-            self.nodes_of[unit.ref] = list(here.items())
-            for node, demand in here.items():
-                self.on_node.setdefault(node, []).append((unit, demand))
-        self._eligible: dict[int, frozenset[str]] = {}
-        self.columns: dict[tuple[str, ...], Any] = {}  # preemption.dryrun's, per resource set
+        self._eligible: dict[int, set[str]] = {}
+        self.slot_data = SlotData()
+        self.node_columns: dict[tuple[str, ...], NodeColumns] = {}  # per resource set
+        self.eligible_masks: dict[int, Any] = {}  # per priority, over the slots
+        self.derived: dict[Any, Any] = {}  # caches over the columns, dropped on a change
         # unit -> PDB keys covering each of its pods (kube-scheduler's matching rule)
         self.covering: dict[str, list[list[str]]] = {}
-        pdbs = list(cluster.state.pdbs.values())
+        self.slots: list[Unit | None] = []
+        self.slot_of: dict[str, int] = {}
+        self._free_slots: list[int] = []
+        self.timed: set[str] = set()  # units whose start or toleration depends on now
+        for unit in self.ordered:
+            self._place(unit)
+            here = self.nodes_of[unit.ref]
+            for node, demand in here:
+                self.on_node.setdefault(node, []).append((unit, demand))
+
+    # -- membership ---------------------------------------------------------------------------
+
+    def ref_of(self, pod: Pod) -> tuple[str, bool]:
+        """The unit a running pod belongs to, and whether the unit goes whole."""
+        state = self.cluster.state
+        if pod.kueue_workload in state.workloads:
+            return f"Workload/{pod.kueue_workload}", True  # Kueue evicts it whole
+        group = state.pod_groups.get(pod.group) if pod.group else None
+        if group is not None and group.preemption_mode == UNIT_GROUP:
+            return group.ref, True
+        return pod.ref, False
+
+    def _join(self, pod: Pod) -> str:
+        ref, whole = self.ref_of(pod)
+        self._pods_of.setdefault(ref, {})[pod.key] = pod
+        self._ref_of_pod[pod.key] = ref
+        self._whole[ref] = whole
+        return ref
+
+    def _leave(self, key: str) -> str | None:
+        ref = self._ref_of_pod.pop(key, None)
+        if ref is not None:
+            pods = self._pods_of.get(ref, {})
+            pods.pop(key, None)
+            if not pods:
+                self._pods_of.pop(ref, None)
+                self._whole.pop(ref, None)
+        return ref
+
+    def pod_changed(self, old: Pod | None, new: Pod | None) -> set[str]:
+        """A pod changed (the cluster has taken it in): the refs of the units to refresh."""
+        refs: set[str] = set()
+        if old is not None:
+            refs.add(self._leave(old.key) or "")
+        if new is not None and new.running:
+            refs.add(self._join(new))
+        refs.discard("")
+        return refs
+
+    def rehome(self, keys: Iterable[str]) -> set[str]:
+        """Pods whose unit may have changed (their PodGroup or Kueue Workload changed):
+        the refs of the units to refresh, before and after."""
+        refs: set[str] = set()
+        pods = self.cluster.state.pods
+        for key in keys:
+            old = self._leave(key)
+            if old is not None:
+                refs.add(old)
+            pod = pods.get(key)
+            if pod is not None and pod.running:
+                refs.add(self._join(pod))
+        return refs
+
+    def refs_of(self, keys: Iterable[str]) -> set[str]:
+        return {ref for key in keys if (ref := self._ref_of_pod.get(key)) is not None}
+
+    # -- units ----------------------------------------------------------------------------------
+
+    def _unit(self, ref: str) -> Unit:
+        pods = sorted(self._pods_of[ref].values(), key=self._pod_order)
+        prio = self.cluster.preemption_priority(pods[0])
+        return Unit(ref, pods, prio, self._whole[ref], self.now)
+
+    def _pod_order(self, pod: Pod) -> tuple[int, int, str]:
+        """Pods of a unit: by node (name order), then by key; off the state last."""
+        row = self.cluster.row.get(pod.node_name)
+        return (0, row, pod.key) if row is not None else (1, 0, pod.key)
+
+    def _place(self, unit: Unit) -> None:
+        """Index a unit that is in ``units`` and ``ordered``: its nodes, pods, slot."""
+        demand = self.cluster.demand
+        here: dict[str, dict[str, int]] = {}
+        for p in unit.pods:
+            add_into(here.setdefault(p.node_name, {}), demand(p))
+            self.of_pod[p.key] = unit
+        self.nodes_of[unit.ref] = list(here.items())
+        slot = self._free_slots.pop() if self._free_slots else len(self.slots)
+        if slot == len(self.slots):
+            self.slots.append(unit)
+        else:
+            self.slots[slot] = unit
+        self.slot_of[unit.ref] = slot
+        self.slot_data.set(slot, unit, self._guarded(unit))
+        for priority, refs in self._eligible.items():
+            if unit.priority < priority and self.refusal(unit, priority) is None:
+                refs.add(unit.ref)
+        pdbs = self.cluster.state.pdbs
         if pdbs:
-            for unit in self.ordered:
-                self.covering[unit.ref] = [
+            self.covering[unit.ref] = [
+                [b.key for b in pdbs.values() if b.covers(p) and p.name not in b.disrupted_pods]
+                for p in unit.pods
+            ]
+        if self._depends_on_now(unit):
+            self.timed.add(unit.ref)
+
+    def _guarded(self, unit: Unit) -> bool:
+        """Whether anything but its priority may refuse the unit to a preemptor: a
+        non-preemptible label, or a PriorityClass with a toleration policy."""
+        for pod in unit.pods:
+            if pod.labels.get(PREEMPTIBLE_LABEL) == NON_PREEMPTIBLE:
+                return True
+            pc = self.cluster.priority_class_of(pod)
+            if pc is not None and (
+                pc.minimum_preemptable_priority is not None or pc.toleration_seconds is not None
+            ):
+                return True
+        return False
+
+    def recover(self) -> None:
+        """The PodDisruptionBudgets changed: which of them cover each unit's pods."""
+        pdbs = self.cluster.state.pdbs.values()
+        self.covering = (
+            {
+                unit.ref: [
                     [b.key for b in pdbs if b.covers(p) and p.name not in b.disrupted_pods]
                     for p in unit.pods
                 ]
+                for unit in self.ordered
+            }
+            if pdbs
+            else {}
+        )
 
-    def eligible(self, preemptor_priority: int) -> frozenset[str]:
-        """Refs of the units that priority may take (cached per priority)."""
+    def _depends_on_now(self, unit: Unit) -> bool:
+        for pod in unit.pods:
+            if pod.start_time is None:
+                return True
+            pc = self.cluster.priority_class_of(pod)
+            if pc is not None and pc.toleration_seconds is not None and pc.toleration_seconds > 0:
+                return True
+        return False
+
+    def refresh(self, refs: Iterable[str]) -> None:
+        """Rebuild the units ``refs`` from their pods (a unit without pods is gone), with
+        the rows of every node they were or are on."""
+        touched: set[str] = set()
+        changed: list[int] = []
+        for ref in refs:
+            old = self.units.pop(ref, None)
+            if old is not None:
+                changed.append(self._drop(old, touched))
+            if ref not in self._pods_of:
+                continue
+            unit = self.units[ref] = self._unit(ref)
+            insort(self.ordered, unit, key=Unit.importance)
+            self._place(unit)
+            changed.append(self.slot_of[ref])
+            for node, demand in self.nodes_of[ref]:
+                touched.add(node)
+                insort(self.on_node.setdefault(node, []), (unit, demand), key=_entry_importance)
+        if not (touched or changed):
+            return
+        self.derived.clear()
+        rows = [r for name in touched if (r := self.cluster.row.get(name)) is not None]
+        for cols in self.node_columns.values():
+            cols.set_rows(rows)
+        for priority, mask in self.eligible_masks.items():
+            if len(mask) < len(self.slots):
+                mask = self.eligible_masks[priority] = np.concatenate(
+                    [mask, np.zeros(len(self.slots) - len(mask), dtype=np.bool_)]
+                )
+            for slot in changed:
+                mask[slot] = self._eligible_slot(slot, priority)
+
+    def columns_for(self, resources: tuple[str, ...]) -> NodeColumns:
+        """The column arrays of a resource set (built on first use, then kept current)."""
+        cols = self.node_columns.get(resources)
+        if cols is None:
+            cols = self.node_columns[resources] = NodeColumns(self.base or self, resources)
+        return cols
+
+    def eligible_mask(self, priority: int) -> Any:
+        """``eligible`` as a mask over the slots (kept current; callers must copy it
+        before changing it). Only units with a label or toleration to look at are looked
+        at one by one; the rest is their priority."""
+        mask = self.eligible_masks.get(priority)
+        if mask is None:
+            n = len(self.slots)
+            below = self.slot_data.priority[:n] < priority
+            guarded = self.slot_data.guarded[:n]
+            mask = below & ~guarded
+            for slot in np.flatnonzero(below & guarded):
+                unit = self.slots[slot]
+                mask[slot] = unit is not None and self.refusal(unit, priority) is None
+            self.eligible_masks[priority] = mask
+        return mask
+
+    def _eligible_slot(self, slot: int, priority: int) -> bool:
+        unit = self.slots[slot]
+        return (
+            unit is not None
+            and unit.priority < priority
+            and (not self.slot_data.guarded[slot] or self.refusal(unit, priority) is None)
+        )
+
+    def _drop(self, unit: Unit, touched: set[str]) -> int:
+        i = bisect_left(self.ordered, unit.importance(), key=Unit.importance)
+        assert self.ordered[i] is unit, unit
+        del self.ordered[i]
+        for node, _ in self.nodes_of.pop(unit.ref, []):
+            touched.add(node)
+            row = self.on_node[node]
+            row[:] = [e for e in row if e[0] is not unit]
+            if not row:
+                del self.on_node[node]
+        for p in unit.pods:
+            if self.of_pod.get(p.key) is unit:
+                del self.of_pod[p.key]
+        for refs in self._eligible.values():
+            refs.discard(unit.ref)
+        self.covering.pop(unit.ref, None)
+        self.timed.discard(unit.ref)
+        slot = self.slot_of.pop(unit.ref)
+        self.slots[slot] = None
+        self.slot_data.set(slot, None)
+        self._free_slots.append(slot)
+        return slot
+
+    def set_now(self, now: datetime) -> None:
+        """Decide at ``now``: the units whose start or toleration depends on it again."""
+        if now != self.now:
+            self.now = now
+            if self.timed:
+                self.refresh(list(self.timed))
+
+    def fork(self, cluster: NodeCluster) -> UnitTable:
+        """The same table over a fork of its cluster."""
+        fork = UnitTable.__new__(UnitTable)
+        fork.__dict__.update(self.__dict__)
+        fork.cluster = cluster
+        fork.base = self
+        return fork
+
+    # -- candidates -----------------------------------------------------------------------------
+
+    def eligible(self, preemptor_priority: int) -> set[str]:
+        """Refs of the units that priority may take (cached per priority and kept
+        current; callers must not change it)."""
         refs = self._eligible.get(preemptor_priority)
         if refs is None:
-            refs = self._eligible[preemptor_priority] = frozenset(
-                u.ref
-                for u in self.ordered
-                if u.priority < preemptor_priority and self.refusal(u, preemptor_priority) is None
-            )
+            mask = self.eligible_mask(preemptor_priority)
+            slots = self.slots
+            refs = self._eligible[preemptor_priority] = {
+                unit.ref for s in np.flatnonzero(mask) if (unit := slots[s]) is not None
+            }
         return refs
 
     def refusal(self, unit: Unit, preemptor_priority: int) -> str | None:
@@ -157,6 +391,14 @@ class UnitTable:
                     if allowed[key] < 0:
                         violating.add(unit.ref)
         return violating
+
+
+def _by_key(pod: Pod) -> str:
+    return pod.key
+
+
+def _entry_importance(entry: tuple[Unit, dict[str, int]]) -> tuple[int, int, datetime, str]:
+    return entry[0].importance()
 
 
 __all__ = ["Unit", "UnitTable", "tolerates"]

@@ -1,0 +1,133 @@
+"""The units on every node as numpy columns, kept current by the ``UnitTable``.
+
+Rows are the nodes in name order; the columns of a row are the units with pods on that
+node, most important first, by slot (``UnitTable.slot_of``: a stable number per unit),
+with what they take there of one resource set. Per slot: the unit's priority, pods and
+start. A change to a unit rewrites the rows of its nodes only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from gangpreempt.preemption.units import Unit, UnitTable
+
+I64 = npt.NDArray[np.int64]
+NO_PRIORITY = np.iinfo(np.int64).max  # an empty slot: above every ceiling
+
+
+class SlotData:
+    """Per slot: priority, pod count and start (seconds) of its unit, and whether it is
+    guarded (see ``UnitTable._guarded``)."""
+
+    def __init__(self) -> None:
+        self.priority: I64 = np.zeros(0, dtype=np.int64)
+        self.pods: I64 = np.zeros(0, dtype=np.int64)
+        self.start: npt.NDArray[np.float64] = np.zeros(0, dtype=np.float64)
+        # anything but the priority may refuse it (a label, a toleration policy)
+        self.guarded: npt.NDArray[np.bool_] = np.zeros(0, dtype=np.bool_)
+
+    def set(self, slot: int, unit: Unit | None, guarded: bool = False) -> None:
+        if slot >= len(self.priority):
+            size = max(16, 2 * slot + 2)
+            self.priority = _grown(self.priority, size, NO_PRIORITY)
+            self.pods = _grown(self.pods, size, 0)
+            self.start = _grown(self.start, size, 0.0)
+            self.guarded = _grown(self.guarded, size, False)
+        self.guarded[slot] = guarded
+        if unit is None:
+            self.priority[slot], self.pods[slot], self.start[slot] = NO_PRIORITY, 0, 0.0
+        else:
+            self.priority[slot] = unit.priority
+            self.pods[slot] = len(unit.pods)
+            self.start[slot] = unit.start.timestamp()
+
+
+def _grown(a: Any, size: int, fill: Any) -> Any:
+    out = np.full(size, fill, dtype=a.dtype)
+    out[: len(a)] = a
+    return out
+
+
+class NodeColumns:
+    """The columns of one resource set (see the module)."""
+
+    def __init__(self, table: UnitTable, resources: tuple[str, ...]) -> None:
+        self.table = table
+        self.resources = resources
+        self.units: list[Unit | None] = table.slots  # slot -> unit (shared, kept current)
+        self.position: dict[str, int] = table.slot_of  # unit ref -> slot (shared)
+        cluster = table.cluster
+        rows = [table.on_node.get(v.name, []) for v in cluster.nodes]
+        width = max((len(r) for r in rows), default=0)
+        n = len(rows)
+        self.index: I64 = np.full((n, width), -1, dtype=np.int64)
+        self.taken: I64 = np.zeros((n, width, len(resources)), dtype=np.int64)
+        slot_of = table.slot_of
+        cells = [(i, j, e) for i, row in enumerate(rows) for j, e in enumerate(row)]
+        if cells:
+            at_row = np.array([i for i, _, _ in cells], dtype=np.int64)
+            at_col = np.array([j for _, j, _ in cells], dtype=np.int64)
+            self.index[at_row, at_col] = [slot_of[e[0].ref] for _, _, e in cells]
+            self.taken[at_row, at_col] = np.array(
+                [[e[1].get(res, 0) for res in resources] for _, _, e in cells], dtype=np.int64
+            ).reshape(len(cells), len(resources))
+        self._derive(slice(None))
+
+    @property
+    def unit_priority(self) -> I64:
+        """Priority per slot (empty slots: above every ceiling)."""
+        return self.table.slot_data.priority[: len(self.units)]
+
+    def _derive(self, rows: Any) -> None:
+        """The per-cell arrays of ``rows`` from the slots they hold."""
+        data = self.table.slot_data
+        index = self.index[rows]
+        present = index >= 0
+        safe = np.where(present, index, 0)
+        if isinstance(rows, slice):
+            self.present = present
+            self.priority = data.priority[safe] if len(data.priority) else np.zeros_like(safe)
+            self.pods = data.pods[safe] if len(data.pods) else np.zeros_like(safe)
+            self.start = (
+                data.start[safe] if len(data.start) else np.zeros(safe.shape, dtype=np.float64)
+            )
+            return
+        self.present[rows] = present
+        self.priority[rows] = data.priority[safe]
+        self.pods[rows] = data.pods[safe]
+        self.start[rows] = data.start[safe]
+
+    def set_rows(self, rows: Iterable[int]) -> None:
+        """Rewrite the given rows from the table (widening the arrays when a node now
+        holds more units than any did)."""
+        table, nodes = self.table, self.table.cluster.nodes
+        rows = sorted(rows)
+        if not rows:
+            return
+        width = max(len(table.on_node.get(nodes[i].name, ())) for i in rows)
+        if width > self.index.shape[1]:
+            self._widen(width)
+        for i in rows:
+            self.index[i] = -1
+            self.taken[i] = 0
+            for j, (unit, taken) in enumerate(table.on_node.get(nodes[i].name, ())):
+                self.index[i, j] = table.slot_of[unit.ref]
+                self.taken[i, j] = [taken.get(res, 0) for res in self.resources]
+        self._derive(np.array(rows, dtype=np.int64))
+
+    def _widen(self, width: int) -> None:
+        n, old = self.index.shape
+        index = np.full((n, width), -1, dtype=np.int64)
+        index[:, :old] = self.index
+        taken = np.zeros((n, width, len(self.resources)), dtype=np.int64)
+        taken[:, :old] = self.taken
+        self.index, self.taken = index, taken
+        self._derive(slice(None))
+
+
+__all__ = ["NO_PRIORITY", "NodeColumns", "SlotData"]
