@@ -77,4 +77,15 @@ class Fenced(GangpreemptError):
     """This process no longer holds the lease it writes under."""
 
 
-__all__ = ["Conflict", "Fenced", "GangpreemptError", "InvalidInput", "ManifestError", "Transient"]
+EXIT_INVALID = 2  # the exit status of a command or service stopped by invalid input
+
+
+__all__ = [
+    "EXIT_INVALID",
+    "Conflict",
+    "Fenced",
+    "GangpreemptError",
+    "InvalidInput",
+    "ManifestError",
+    "Transient",
+]

@@ -45,6 +45,15 @@ class ObjectDeleted(Event, frozen=True, kw_only=True, tag=True):
     uid: str = ""
 
 
+class StateComplete(Event, frozen=True, kw_only=True, tag=True):
+    """ingest has published its whole starting state (every object it read at start is
+    on STATE before this): nothing is decided until a replica has seen one. Published
+    once per ingest start, on its own STATE subject."""
+
+    source: str  # manifests | sim | kubernetes
+    objects: int  # objects in the starting state
+
+
 # -- quota ------------------------------------------------------------------------------
 
 
@@ -177,6 +186,7 @@ class PlanDropped(Event, frozen=True, kw_only=True, tag=True):
 AnyEvent = (
     ObjectUpserted
     | ObjectDeleted
+    | StateComplete
     | Admitted
     | Pending
     | PreemptionRequested
@@ -232,6 +242,7 @@ __all__ = [
     "PreemptionInfeasible",
     "PreemptionRequested",
     "RequestExpired",
+    "StateComplete",
     "VictimActuated",
     "decode",
     "encode",

@@ -2,7 +2,11 @@
 message of every subject) and kept current by a ``Follower`` (which survives NATS
 restarts). A state event that does not decode, is not a state event, or carries an
 object that fails validation (a negative count or quantity, a priority outside int32)
-is dead-lettered with the reason and not applied."""
+is dead-lettered with the reason and not applied.
+
+``complete`` turns true once the replica has seen ingest's ``StateComplete`` marker: from
+then on it holds at least the whole starting state (listeners hear it as a change of
+kind ``StateComplete`` with no object)."""
 
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ class StateReplica:
         self.topology = topology
         self.state = ClusterState()
         self.seq = 0  # last STATE stream sequence applied
+        self.complete = False  # ingest's starting state is all here
         self._advanced = asyncio.Condition()
         self._listeners: list[Callable[[str, Any, Any], None]] = []
         self.dead_letters = DeadLetters(nc, topology, service)
@@ -77,6 +82,11 @@ class StateReplica:
             elif isinstance(event, events.ObjectDeleted):
                 old = kinds.remove(self.state, event.kind, event.key)
                 change = (event.kind, old, None)
+            elif isinstance(event, events.StateComplete):
+                if not self.complete:
+                    log.info("starting state complete", source=event.source, seq=seq)
+                self.complete = True
+                change = ("StateComplete", None, None)
             else:
                 raise msgspec.ValidationError(f"{events.event_type(event)} is not a state event")
         except (msgspec.DecodeError, KeyError) as exc:

@@ -290,16 +290,37 @@ class Ingest:
         await replica.stop()
         await sim.restore(replica.state, last)
 
+    async def mark_complete(self, source: str, objects: int) -> None:
+        """The whole starting state is on STATE: say so (``StateComplete``)."""
+        event = events.StateComplete(
+            id=f"complete-{self.epoch}", occurred_at=self.ctx.now(), source=source, objects=objects
+        )
+        await self.ctx.persevering(
+            "mark the starting state complete", lambda: self.ctx.publisher.publish(event)
+        )
+        log.info("starting state complete", source=source, objects=objects)
+
     async def run(self) -> None:
         ctx = self.ctx
         if self.kube is not None:
             await ctx.persevering("follow the cluster state", self.replica.start)
-            await self.kube.run(ctx.stop, self.publish)
+            marked = False
+
+            async def publish(upserts: list[Any], deletes: list[tuple[str, str]]) -> None:
+                nonlocal marked
+                await self.publish(upserts, deletes)
+                if not marked:  # the first publish is the whole cluster as listed
+                    await self.mark_complete("kubernetes", len(upserts))
+                    marked = True
+
+            await self.kube.run(ctx.stop, publish)
             return
         if self.sim is not None:
             await self.start_sim(self.sim)
+            await self.mark_complete("sim", len(kinds.objects(self.sim.world)))
         else:
             await ctx.persevering("publish the manifests", lambda: self.publish_changes(force=True))
+            await self.mark_complete("manifests", len(self.source.differ.keys()))
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.watch())
             if self.sim is not None:

@@ -80,6 +80,8 @@ class ManifestSource:
         try:
             state = self.read()
         except ManifestError as exc:
+            if force:
+                raise
             log.error("manifests rejected; keeping the previous state", error=str(exc))
             return None
         return self.differ.diff(state)

@@ -19,11 +19,14 @@ import secrets
 import time
 from typing import Any
 
+import msgspec
 import structlog
+from nats.aio.msg import Msg
 
 from gangpreempt import events
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.bus.records import RecordBook, RecordStore
+from gangpreempt.bus.status import QuotaStatus, status_subject
 from gangpreempt.errors import InvalidInput
 from gangpreempt.planning import admission_pass
 from gangpreempt.planning.decisions import Decision
@@ -63,6 +66,10 @@ class Quota:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.live = LiveState(ctx, "quota", on_change=self.on_state_change)
+        self.waiting_logged = False
+        self.busy = False
+        self.decided_seq = 0  # the STATE sequence the last finished cycle decided on
+        ctx.readiness.append(lambda: self.replica.complete)
         self.replica = self.live.replica
         self.flights = Flights(self.flight_changed, lambda: self.replica.seq)
         self.nodes = NodeBook()
@@ -138,13 +145,38 @@ class Quota:
                 due = self.retry_due is not None and time.monotonic() >= self.retry_due
                 if not (self.dirty.is_set() or due):
                     continue
+                self.busy = True
                 await self.settle_burst()
                 self.dirty.clear()
+                seq = self.replica.seq
                 await self.cycle()
+                if self.replica.complete:
+                    self.decided_seq = seq
             except Exception:  # NATS away, most likely: the cycle runs again soon
                 log.exception("admission cycle failed; retrying")
                 await sleep_or_stop(self.ctx.stop, 0.5)
                 self.dirty.set()
+            finally:
+                self.busy = False
+
+    def status(self) -> QuotaStatus:
+        return QuotaStatus(
+            complete=self.replica.complete,
+            state_seq=self.replica.seq,
+            decided_seq=self.decided_seq,
+            busy=self.busy,
+            dirty=self.dirty.is_set(),
+            flights=len(self.flights.by_preemptor),
+            retry_pending=self.retry_due is not None,
+        )
+
+    async def serve_status(self) -> None:
+        async def on_request(msg: Msg) -> None:
+            await msg.respond(msgspec.json.encode(self.status()))
+
+        sub = await self.ctx.nc.subscribe(status_subject(self.ctx.topology, "quota"), cb=on_request)
+        await self.ctx.stop.wait()
+        await sub.unsubscribe()
 
     def tick(self) -> float:
         if self.retry_due is None:
@@ -213,6 +245,13 @@ class Quota:
         return ready
 
     async def cycle(self) -> None:
+        if not self.replica.complete:
+            # Nothing is decided on part of the starting state: a pending pod would be
+            # admitted onto nodes whose running pods are not published yet.
+            say = log.debug if self.waiting_logged else log.info
+            say("nothing decided: the starting state is not complete yet", seq=self.replica.seq)
+            self.waiting_logged = True
+            return
         state, now, seq = self.replica.state, self.ctx.now(), self.replica.seq
         ready = self.settle_flights()
         snapshot = self.live.snapshot(now)  # plans in flight are held in it
@@ -410,6 +449,7 @@ class Quota:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.consumer.run(self.ctx.stop))
                 tg.create_task(self.cycles())
+                tg.create_task(self.serve_status())
         finally:
             await self.book.stop()
 

@@ -267,7 +267,7 @@ class ChaosRun:
                 {
                     t
                     for t in events.AnyEvent.__args__
-                    if t not in (events.ObjectUpserted, events.ObjectDeleted)
+                    if t not in (events.ObjectUpserted, events.ObjectDeleted, events.StateComplete)
                 },
                 key=lambda t: t.__name__,
             )

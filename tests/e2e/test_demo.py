@@ -49,3 +49,42 @@ def test_up_plays_the_demo_scenario_until_settled(tmp_path: Path) -> None:
         r"Workload/ml/gang-1: requested > confirmed > actuating \(token \d+\) > actuated", text
     )
     assert re.search(r"Workload/ml/gang-2: requested > (confirmed > dropped|rejected)", text)
+
+
+def test_up_stops_on_a_manifest_it_cannot_read_at_start(tmp_path: Path) -> None:
+    """One unreadable file in the scenario: nothing starts on part of the cluster; ``up``
+    stops at once and names the file and the field."""
+    scenario = tmp_path / "scenario"
+    scenario.mkdir()
+    for name in ("nodes.yaml", "cluster.yaml"):
+        (scenario / name).write_text((ROOT / "examples" / "saga-demo" / name).read_text())
+    (scenario / "broken.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad\n  namespace: ml\n"
+        "spec:\n  containers:\n  - name: c\n    resources:\n      requests:\n"
+        "        cpu: lots\n"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gangpreempt.cli",
+            "up",
+            "--scenario",
+            str(scenario),
+            "--until-settled",
+            "--store",
+            str(tmp_path / "store"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    text = " ".join(out.stdout.split())
+    compact = "".join(out.stdout.split())  # the console wraps long lines, even mid-word
+    assert out.returncode != 0, text
+    assert "service ingest stopped on invalid input" in text, text
+    assert "broken.yaml" in compact, text
+    assert "requests.cpu" in compact, text
+    assert "(line11)" in compact, text
+    assert "keeps exiting" not in text  # stopped at the first exit, not after a crash loop

@@ -14,7 +14,7 @@ import structlog
 from nats.aio.client import Client
 
 from gangpreempt.config import Settings
-from gangpreempt.errors import Transient
+from gangpreempt.errors import InvalidInput, Transient
 
 log = structlog.get_logger("gangpreempt.bus")
 T = TypeVar("T")
@@ -111,13 +111,17 @@ def connected_with(
 
 async def persevering(stop: asyncio.Event, what: str, step: Callable[[], Awaitable[T]]) -> T:
     """``step()`` again and again until it succeeds (NATS may be away while a service
-    starts: it waits instead of dying), or ``Stopped`` once ``stop`` is set."""
+    starts: it waits instead of dying), or ``Stopped`` once ``stop`` is set. Invalid
+    input (a manifest that cannot be read, an event too large) is raised at once: trying
+    again cannot mend it."""
     delay = 0.2
     while True:
         if stop.is_set():
             raise Stopped(f"stopped while waiting to {what}")
         try:
             return await step()
+        except InvalidInput:
+            raise
         except Exception as exc:
             log.warning("not done yet; retrying", what=what, error=repr(exc))
         with contextlib.suppress(TimeoutError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from gangpreempt.bus.status import status_subject
 from gangpreempt.bus.topology import SERVICES, Topology
 
 ADMIN = "admin"
@@ -63,7 +64,7 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
     """``{"publish": {"allow": [...]}, "subscribe": {"allow": [...]}}`` for ``service``.
 
     ingest    STATE; its consumer; reads and follows the lease (the sim checks tokens)
-    quota     its events; its consumer; the plan records (read, write, follow)
+    quota     its events; its consumer; the plan records (read, write, follow); its status
     victims   its events; its consumer; the plan records (read)
     actuator  its events; the plan records (read, write, follow); the lease; the sim
     """
@@ -83,6 +84,7 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
     if service == "quota":  # it also purges the records it deleted an hour ago
         publish += _bucket(plans) + _follow(f"KV_{plans}")
         publish.append(f"$JS.API.STREAM.PURGE.KV_{plans}")
+        subscribe.append(status_subject(topology, "quota"))  # it answers status requests
     if service == "victims":
         publish += _bucket_read(plans)
     if service == "actuator":
@@ -104,8 +106,9 @@ def _users(topology: Topology, passwords: Mapping[str, str]) -> list[dict[str, o
         entry: dict[str, object] = {"user": user, "password": password}
         if user != ADMIN:
             perms = service_permissions(topology, user)
-            if user == "ingest":
-                perms["allow_responses"] = True  # the sim cluster replies to the actuator
+            if user in ("ingest", "quota"):
+                # the sim cluster replies to the actuator; quota answers status requests
+                perms["allow_responses"] = True
             entry["permissions"] = perms
         users.append(entry)
     return users

@@ -5,6 +5,7 @@ Subjects are grouped by the service that publishes them, so a service's publish
 permission is one wildcard::
 
     <p>.state.<kind>.<namespace|_>.<name>   ingest      STATE stream, one message per subject
+    <p>.state.complete._._                  ingest      STATE: the starting state is all there
     <p>.quota.<event>                       quota       DECISIONS stream
     <p>.victims.<event>                     victims     DECISIONS stream
     <p>.actuator.<event>                    actuator    DECISIONS stream
@@ -68,9 +69,16 @@ class Topology:
     def state_wildcard(self) -> str:
         return f"{self.prefix}.state.>"
 
+    @property
+    def state_complete_subject(self) -> str:
+        """Where ingest marks its starting state complete (``StateComplete``)."""
+        return f"{self.prefix}.state.complete._._"
+
     def subject_of(self, event: events.Event) -> str:
         if isinstance(event, events.ObjectUpserted | events.ObjectDeleted):
             return self.state_subject(event.kind, event.key)
+        if isinstance(event, events.StateComplete):
+            return self.state_complete_subject
         return self.event_subject(type(event))
 
     def event_subject(self, event_type: type[events.Event]) -> str:

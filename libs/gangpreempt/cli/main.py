@@ -19,12 +19,10 @@ from gangpreempt.cli.rendering import print_table
 from gangpreempt.cli.serve import serve as run_service
 from gangpreempt.cli.up import run_up
 from gangpreempt.config import env_name, load_settings
-from gangpreempt.errors import InvalidInput
+from gangpreempt.errors import EXIT_INVALID, InvalidInput
 from gangpreempt.manifests import load, parse_time
 from gangpreempt.planning import plan as make_plan
 from gangpreempt.planning import state_warnings
-
-EXIT_INVALID = 2
 
 
 def _now(value: str | None) -> datetime:

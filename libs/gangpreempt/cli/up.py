@@ -12,6 +12,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -23,7 +24,9 @@ from gangpreempt import events
 from gangpreempt.bus import SERVICES, NatsServer, Topology, connected_with, follow, provision_with
 from gangpreempt.bus.permissions import ADMIN, server_authorization
 from gangpreempt.bus.records import decode_record
+from gangpreempt.bus.status import ask_quota
 from gangpreempt.config import Settings, env_name
+from gangpreempt.errors import EXIT_INVALID
 from gangpreempt.planning.records import ACTUATED, ACTUATING, DROPPED, PlanRecord
 from gangpreempt.telemetry import setup_logging
 from gangpreempt.waiting import sleep_or_stop
@@ -45,6 +48,10 @@ STYLE = {
 }
 
 
+async def _not_yet() -> bool:
+    return False
+
+
 @dataclass
 class Tally:
     """What the live view saw, for --until-settled and the summary."""
@@ -62,6 +69,8 @@ class Tally:
     waiting_admission: set[str] = field(default_factory=set)
     # plan id -> (preemptor, the states its durable record went through)
     records: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    # whether quota has decided on all STATE holds (set by the live view once connected)
+    quota_idle: Callable[[], Awaitable[bool]] = field(default=_not_yet)
 
     def record(self, rec: PlanRecord) -> None:
         state = rec.state
@@ -188,6 +197,15 @@ async def _live_view(
     topology = Topology(settings.prefix)
     async with connected_with(settings, "gangpreempt-up") as nc:
         await provision_with(nc.jetstream(), settings)
+
+        async def quota_idle() -> bool:
+            status = await ask_quota(nc, topology)
+            if status is None or not status.idle:
+                return False
+            info = await nc.jetstream().stream_info(topology.state_stream)
+            return status.state_seq >= info.state.last_seq  # it has all STATE has
+
+        tally.quota_idle = quota_idle
         provisioned.set()
 
         async def on_msg(msg: Msg) -> None:
@@ -319,6 +337,16 @@ async def run_up(
             for service, p in list(procs.items()):
                 if p.returncode is None or stop.is_set():
                     continue
+                if p.returncode == EXIT_INVALID:
+                    # Invalid input (a manifest that cannot be read at start): starting it
+                    # again cannot mend it.
+                    console.print(
+                        f"[red]service {service} stopped on invalid input: "
+                        f"{last_error(os.path.join(logs, f'{service}.log'))}[/red]"
+                    )
+                    failed = True
+                    stop.set()
+                    break
                 quick = time.monotonic() - started[service] < CRASH_LOOP_S
                 quick_exits[service] = quick_exits.get(service, 0) + 1 if quick else 0
                 if quick_exits[service] >= CRASH_LOOP_RUNS:
@@ -332,7 +360,9 @@ async def run_up(
                 await start(service)
             if failed:
                 break
-            if until_settled and (tally.settled(quiet) or time.monotonic() > deadline):
+            if until_settled and (
+                (tally.settled(quiet) and await tally.quota_idle()) or time.monotonic() > deadline
+            ):
                 if time.monotonic() > deadline:
                     console.print(f"[red]not settled after {timeout:.0f}s[/red]")
                 break
@@ -355,6 +385,16 @@ async def run_up(
     summary(console, tally)
     unclean = [s for s, p in procs.items() if p.returncode not in (0, -signal.SIGTERM)]
     return 1 if failed or unclean else 0
+
+
+def last_error(log_path: str) -> str:
+    """The ``error: ...`` line a service wrote last before it exited on invalid input."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f if line.startswith("error: ")]
+    except OSError:
+        return f"(no log at {log_path})"
+    return lines[-1].removeprefix("error: ") if lines else f"(see {log_path})"
 
 
 __all__ = ["run_up"]

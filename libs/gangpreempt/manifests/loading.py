@@ -10,7 +10,13 @@ import msgspec
 from gangpreempt.errors import ManifestError
 from gangpreempt.manifests import core, kueue, nodes
 from gangpreempt.manifests.fields import Fields, Where, describe
-from gangpreempt.manifests.yamlio import documents, line_of, yaml_files
+from gangpreempt.manifests.yamlio import (
+    NotFast,
+    documents,
+    fast_documents,
+    line_of,
+    yaml_files,
+)
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import UNIT_GROUP, PodGroup
 
@@ -36,7 +42,8 @@ class Loaded(msgspec.Struct):
 
 
 class _Reader:
-    def __init__(self) -> None:
+    def __init__(self, fast: bool = False) -> None:
+        self.fast = fast  # read without line numbers (see ``load``)
         self.state = ClusterState()
         self.warnings: list[str] = []
         self._skipped: dict[tuple[str, str], list[Any]] = {}
@@ -50,7 +57,7 @@ class _Reader:
     def read(self, paths: Sequence[str]) -> Loaded:
         for path in paths:
             for file in yaml_files(path):
-                for number, doc in documents(file):
+                for number, doc in (fast_documents if self.fast else documents)(file):
                     if doc is None:
                         continue
                     self._object(doc, Where(file, number), None, "")
@@ -260,7 +267,12 @@ def load(paths: Sequence[str]) -> Loaded:
     """
     if not paths:
         raise ManifestError("(no input)", "give at least one file or folder with -f")
-    return _Reader().read(paths)
+    try:
+        return _Reader(fast=True).read(paths)
+    except (ManifestError, NotFast):
+        # Read again, remembering lines: the error names its line. (Where the YAML 1.1
+        # reading accepts what the YAML 1.2 one did not, that reading is taken.)
+        return _Reader().read(paths)
 
 
 def reads(api_version: str, kind: str) -> bool:

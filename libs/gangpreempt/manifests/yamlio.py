@@ -1,13 +1,22 @@
-"""Reading YAML files and folders into documents that remember their line numbers."""
+"""Reading YAML (and JSON) files and folders into documents.
+
+Two readers of the same text: ``documents`` remembers the line of every key and item
+(PyYAML, YAML 1.1, slow: ~1 ms per object), ``fast_documents`` does not (JSON through
+msgspec; YAML through yaml-rs, a YAML 1.2 parser in Rust: 20-30 times faster). The
+loader reads with the fast one and, when anything is wrong with the input, reads it
+again with the lined one, so every error still names its line."""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
+import yaml_rs
 
 from gangpreempt.errors import ManifestError
 
@@ -100,6 +109,59 @@ def documents(file: str) -> Iterator[tuple[int, Any]]:
         ) from exc
 
 
+class NotFast(Exception):
+    """The fast reader cannot read this file as the lined one would: read it lined."""
+
+
+_DOCUMENT_START = re.compile(r"^---", re.M)
+
+
+def fast_documents(file: str) -> Iterator[tuple[int, Any]]:
+    """``documents`` without line numbers: JSON (a file that starts with ``{`` or
+    ``[``) decoded by msgspec, YAML by yaml-rs. Raises ``NotFast`` (or ``ManifestError``
+    for a file that cannot be read at all) when the text is not valid, or when its
+    documents cannot be told apart for sure."""
+    try:
+        with open(file, "rb") as fh:
+            data = fh.read()
+        text = data.decode("utf-8")
+    except OSError as exc:
+        raise ManifestError(file, f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ManifestError(file, f"not UTF-8 text (byte {exc.start})") from exc
+    head = text.lstrip()[:1]
+    if head in ("{", "["):
+        try:
+            yield 1, msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            pass  # YAML that looks like JSON (flow style): read below
+        else:
+            return
+    try:
+        parsed = yaml_rs.loads(text, duplicate_key_policy=yaml_rs.DuplicateKeyPolicy.LastWins)
+    except Exception as exc:  # a syntax error: the lined reader says where
+        raise NotFast(str(exc)) from exc
+    # One document comes back as itself, several as a list: a list is taken as documents
+    # only when the text has as many, else the lined reader decides.
+    if isinstance(parsed, list) and _DOCUMENT_START.search(text):
+        starts = len(_DOCUMENT_START.findall(text))
+        before = text[: _DOCUMENT_START.search(text).start()]  # type: ignore[union-attr]
+        expected = starts + (1 if _has_content(before) else 0)
+        if len(parsed) != expected:
+            raise NotFast("documents cannot be told apart")
+        yield from enumerate(parsed, 1)
+        return
+    if isinstance(parsed, list):
+        raise NotFast("a document that is a list")
+    yield 1, parsed
+
+
+def _has_content(text: str) -> bool:
+    return any(
+        line.strip() and not line.lstrip().startswith(("#", "%")) for line in text.splitlines()
+    )
+
+
 def line_of(container: Any, key: Any) -> int | None:
     """Line of ``container[key]`` when the container came from ``documents``."""
     if isinstance(container, LinedDict):
@@ -111,4 +173,12 @@ def line_of(container: Any, key: Any) -> int | None:
     return None
 
 
-__all__ = ["LinedDict", "LinedList", "documents", "line_of", "yaml_files"]
+__all__ = [
+    "LinedDict",
+    "LinedList",
+    "NotFast",
+    "documents",
+    "fast_documents",
+    "line_of",
+    "yaml_files",
+]

@@ -1,0 +1,395 @@
+"""Scale benchmark: the saga as processes on a dense GPU cluster.
+
+For each size (500 / 2,000 / 5,000 nodes by default, 10 running pods per node: the
+cluster of ``bench/victims.py``), the four services run as processes on one nats-server
+(``sync_interval: always``), ingest reading the cluster from a manifests folder (one
+JSON List, as ``kubectl get -o json`` writes it), the actuator with the ``log`` sink
+(evictions are recorded; nothing terminates, so each gang's victims stay promised to it
+and the next gang finds others). Measured:
+
+- the initial state: from the services' start until ingest's ``StateComplete`` is on
+  STATE, and until quota has decided on all of STATE (it answers status requests);
+- gangs of 8 pods x 8 GPUs arriving one at a time (the benchmark publishes the PodGroup
+  and its pods on STATE, as ingest would), each after the previous one's saga ended:
+  arrival -> ``PreemptionRequested`` -> ``PlanProposed`` -> ``PlanConfirmed`` ->
+  ``PlanActuated``, without churn and then under 50 pod changes per second (running
+  CPU pods finishing and starting again);
+- CPU seconds and peak RSS of each service.
+
+Prints a table and writes ``bench/results/scale.json``. Nothing here is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
+
+from bench.density import as_list, dense_state, objects
+from bench.stats import environment, stats_ms, write_result
+from bench.victims import NODE_GPUS, requests
+from gangpreempt import events
+from gangpreempt.bus import NatsServer, Publisher, Topology, connected, follow, provision
+from gangpreempt.bus.status import ask_quota
+from gangpreempt.model import kinds
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import Pod, PodGroup
+
+SERVICES = ("ingest", "quota", "victims", "actuator")
+HOPS = (
+    "arrival -> requested",
+    "requested -> proposed",
+    "proposed -> confirmed",
+    "confirmed -> actuated",
+)
+GANG_PODS = 8
+PRIORITY = 1000
+
+
+class Saga:
+    """What the decisions stream says about each preemptor, with timestamps."""
+
+    def __init__(self) -> None:
+        self.at: dict[tuple[str, str], datetime] = {}
+        self.ended: dict[str, asyncio.Event] = {}
+
+    def on(self, ev: events.Event) -> None:
+        who = getattr(ev, "preemptor", "") or getattr(ev, "workload", "")
+        kind = events.event_type(ev)
+        self.at.setdefault((who, kind), ev.occurred_at)
+        if kind in ("PlanActuated", "PlanDropped", "PreemptionInfeasible"):
+            self.ended.setdefault(who, asyncio.Event()).set()
+
+    async def wait(self, who: str, timeout: float) -> bool:
+        event = self.ended.setdefault(who, asyncio.Event())
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+def upsert(obj: Any, version: str) -> events.ObjectUpserted:
+    kind, key = kinds.kind_of(obj), kinds.key_of(obj)
+    return events.ObjectUpserted(
+        id=f"{kind}/{key}@{version}",
+        occurred_at=datetime.now(UTC),
+        kind=kind,
+        key=key,
+        uid=getattr(obj, "uid", ""),
+        resource_version=version,
+        body=kinds.encode_object(obj),
+    )
+
+
+def gang(name: str) -> list[Any]:
+    group = PodGroup("pre", name, GANG_PODS)
+    pods = [
+        Pod(
+            "pre",
+            f"{name}-{i}",
+            requests(NODE_GPUS),
+            uid=f"uid-{name}-{i}",
+            priority=PRIORITY,
+            group=f"pre/{name}",
+        )
+        for i in range(GANG_PODS)
+    ]
+    return [group, *pods]
+
+
+async def churn(pub: Publisher, state: ClusterState, rate: float, stop: asyncio.Event) -> int:
+    """Running CPU pods finish (deleted) and start again (a new uid), ``rate`` changes
+    per second in all; returns how many were made."""
+    rnd = random.Random(11)
+    keys = sorted(
+        k for k, p in state.pods.items() if p.running and not p.requests.get("nvidia.com/gpu")
+    )
+    gone: list[str] = []
+    made = 0
+    start = time.monotonic()
+    while not stop.is_set():
+        if gone and (len(gone) > 20 or rnd.random() < 0.5):
+            key = gone.pop(0)
+            pod = state.pods[key]
+            made += 1
+            fresh = Pod(
+                **{
+                    **{f: getattr(pod, f) for f in pod.__struct_fields__},
+                    "uid": f"{pod.uid}-{made}",
+                }
+            )
+            await pub.publish(upsert(fresh, f"c{made}"))
+        else:
+            key = rnd.choice(keys)
+            if key in gone:
+                continue
+            gone.append(key)
+            made += 1
+            ns, name = key.split("/", 1)
+            await pub.publish(
+                events.ObjectDeleted(
+                    id=f"Pod/{key}@c{made}-deleted",
+                    occurred_at=datetime.now(UTC),
+                    kind="Pod",
+                    key=key,
+                )
+            )
+        delay = start + made / rate - time.monotonic()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+    return made
+
+
+def proc_stats(pid: int) -> dict[str, float]:
+    """CPU seconds and peak RSS (MiB) of a live process."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    peak = 0.0
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) / 1024
+    return {"cpu_s": cpu, "peak_rss_mib": peak}
+
+
+async def until(check: Any, timeout: float, what: str) -> float:
+    deadline = time.monotonic() + timeout
+    while True:
+        if await check():
+            return time.monotonic()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
+        await asyncio.sleep(0.05)
+
+
+async def quota_done(nc: Client, topology: Topology) -> bool:
+    status = await ask_quota(nc, topology)
+    if status is None or not status.idle:
+        return False
+    info = await nc.jetstream().stream_info(topology.state_stream)
+    return status.state_seq >= info.state.last_seq
+
+
+async def gangs(
+    nc: Client, topology: Topology, pub: Publisher, saga: Saga, label: str, n: int, timeout: float
+) -> dict[str, Any]:
+    hops: dict[str, list[float]] = {h: [] for h in HOPS}
+    total: list[float] = []
+    outcomes: dict[str, int] = {}
+    for k in range(n):
+        name = f"{label}-{k}"
+        ref = f"PodGroup/pre/{name}"
+        objs = gang(name)
+        for obj in objs:
+            await pub.publish(upsert(obj, "1"))
+        arrived = datetime.now(UTC)
+        ended = await saga.wait(ref, timeout)
+        got = {
+            kind: saga.at.get((ref, kind))
+            for kind in ("PreemptionRequested", "PlanProposed", "PlanConfirmed", "PlanActuated")
+        }
+        outcome = "PlanActuated" if got["PlanActuated"] else ("timeout" if not ended else "other")
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        if all(got.values()):
+            times = [arrived, *got.values()]
+            for hop, (a, b) in zip(HOPS, zip(times, times[1:], strict=False), strict=True):
+                hops[hop].append(max(0.0, (b - a).total_seconds()))  # type: ignore[operator]
+            total.append((got["PlanActuated"] - arrived).total_seconds())  # type: ignore[operator]
+        with contextlib.suppress(TimeoutError):
+            await until(lambda: quota_done(nc, topology), 30, "quota idle after a gang")
+    return {
+        "gangs": n,
+        "outcomes": outcomes,
+        "arrival_to_actuated": stats_ms(total),
+        "hops": {h: stats_ms(v) for h, v in hops.items()},
+    }
+
+
+async def measure(
+    url: str,
+    topology: Topology,
+    state: ClusterState,
+    procs: dict[str, subprocess.Popen[bytes]],
+    started: float,
+    n: int,
+    rate: float,
+    timeout: float,
+) -> dict[str, Any]:
+    async with connected(url, "bench-scale") as nc:
+        js = nc.jetstream()
+        await provision(js, topology)
+        saga = Saga()
+
+        async def on_msg(msg: Msg) -> None:
+            with contextlib.suppress(Exception):
+                saga.on(events.decode(msg.data))
+
+        sub = await follow(
+            nc, f"{topology.prefix}.*.*", topology.decisions_stream, on_msg, DeliverPolicy.NEW
+        )
+
+        async def complete() -> bool:
+            with contextlib.suppress(Exception):
+                await js.get_last_msg(topology.state_stream, topology.state_complete_subject)
+                return True
+            return False
+
+        t_complete = await until(complete, 600, "StateComplete")
+        t_idle = await until(lambda: quota_done(nc, topology), 600, "quota caught up")
+        initial = {"state_complete_s": t_complete - started, "quota_caught_up_s": t_idle - started}
+        cpu_start = {s: proc_stats(p.pid) for s, p in procs.items()}
+        pub = Publisher(nc, topology, "bench")
+        quiet = await gangs(nc, topology, pub, saga, "quiet", n, timeout)
+        stop = asyncio.Event()
+        churner = asyncio.ensure_future(churn(pub, state, rate, stop))
+        t0 = time.monotonic()
+        churned = await gangs(nc, topology, pub, saga, "churn", n, timeout)
+        stop.set()
+        changes = await churner
+        churned["changes_per_s"] = changes / (time.monotonic() - t0)
+        end = {s: proc_stats(p.pid) for s, p in procs.items()}
+        await sub.unsubscribe()
+    per_service = {
+        s: {
+            "cpu_s_start": cpu_start[s]["cpu_s"],
+            "cpu_s_gangs": end[s]["cpu_s"] - cpu_start[s]["cpu_s"],
+            "peak_rss_mib": end[s]["peak_rss_mib"],
+        }
+        for s in procs
+    }
+    return {"initial": initial, "no_churn": quiet, "churn": churned, "services": per_service}
+
+
+def run_size(nodes: int, pods_per_node: int, n: int, rate: float, timeout: float) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="gp-scale-"))
+    scenario = work / "scenario"
+    scenario.mkdir()
+    state, _refs = dense_state(nodes, pods_per_node, gangs8=0, gangs64=0)
+    items = objects(state)
+    with open(scenario / "cluster.json", "w", encoding="utf-8") as fh:
+        json.dump(as_list(items), fh)
+    server = NatsServer(str(work / "nats")).start()
+    topology = Topology("scale")
+    env = dict(os.environ)
+    env.update(
+        GANGPREEMPT_NATS_URL=server.url,
+        GANGPREEMPT_PREFIX=topology.prefix,
+        GANGPREEMPT_SCENARIO=str(scenario),
+        GANGPREEMPT_SIM="false",
+        GANGPREEMPT_SINK="log",
+        GANGPREEMPT_LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "warning"),
+        GANGPREEMPT_CYCLE_DELAY="0.005",
+    )
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    started = time.monotonic()
+    try:
+        for service in SERVICES:
+            log = open(work / f"{service}.log", "ab")  # noqa: SIM115
+            procs[service] = subprocess.Popen(
+                [sys.executable, "-m", "gangpreempt.cli", "serve", service],
+                env=env,
+                stdout=log,
+                stderr=log,
+            )
+            log.close()
+        result = asyncio.run(measure(server.url, topology, state, procs, started, n, rate, timeout))
+    finally:
+        for p in procs.values():
+            p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        server.stop()
+    running = sum(1 for p in state.pods.values() if p.running)
+    return {
+        "nodes": nodes,
+        "running_pods": running,
+        "objects": len(items),
+        "logs": str(work),
+        **result,
+    }
+
+
+def report(result: dict[str, Any]) -> None:
+    print("scale benchmark: the saga as processes, gangs of 8 x 8 GPUs arriving one at a time")
+    for size in result["sizes"]:
+        init = size["initial"]
+        print(
+            f"\n{size['nodes']} nodes, {size['running_pods']} running pods "
+            f"({size['objects']} objects): starting state complete at "
+            f"{init['state_complete_s']:.1f} s, quota caught up at {init['quota_caught_up_s']:.1f} s"
+        )
+        for phase in ("no_churn", "churn"):
+            p = size[phase]
+            a = p["arrival_to_actuated"]
+            extra = f", {p['changes_per_s']:.0f} pod changes/s" if "changes_per_s" in p else ""
+            print(
+                f"  {phase:<9} arrival -> actuated p50 {a['p50_ms']:.0f} ms, p99 {a['p99_ms']:.0f} ms, "
+                f"max {a['max_ms']:.0f} ms over {a['n']} ({p['outcomes']}){extra}"
+            )
+            print(
+                "    "
+                + ", ".join(
+                    f"{h} p50 {s['p50_ms']:.0f} / p99 {s['p99_ms']:.0f} ms"
+                    for h, s in p["hops"].items()
+                )
+            )
+        print(
+            "  "
+            + ", ".join(
+                f"{s}: {v['peak_rss_mib']:.0f} MiB peak, {v['cpu_s_start']:.1f} s CPU to start, "
+                f"{v['cpu_s_gangs']:.1f} s for the gangs"
+                for s, v in size["services"].items()
+            )
+        )
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", default="500,2000,5000", help="cluster sizes, e.g. 500,5000")
+    ap.add_argument("--pods-per-node", type=int, default=10)
+    ap.add_argument("--gangs", type=int, default=20, help="gangs per phase and size")
+    ap.add_argument("--churn", type=float, default=50.0, help="pod changes per second")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per gang at most")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "scale.json"))
+    args = ap.parse_args(argv)
+    sizes = [int(x) for x in args.nodes.split(",") if x]
+    result = {
+        "pods_per_node": args.pods_per_node,
+        "gang": f"{GANG_PODS} pods x {NODE_GPUS} GPUs",
+        "churn_rate": args.churn,
+        "sizes": [
+            run_size(n, args.pods_per_node, args.gangs, args.churn, args.timeout) for n in sizes
+        ],
+        **environment(),
+    }
+    report(result)
+    write_result(args.out, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
