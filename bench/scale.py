@@ -4,8 +4,8 @@ For each size (500 / 2,000 / 5,000 nodes by default, 10 running pods per node: t
 cluster of ``bench/victims.py``), the four services run as processes on one nats-server
 (``sync_interval: always``), ingest reading the cluster from a manifests folder (one
 JSON List, as ``kubectl get -o json`` writes it), the actuator with the ``log`` sink
-(evictions are recorded; nothing terminates, so each gang's victims stay promised to it
-and the next gang finds others). Measured:
+(evictions are recorded; nothing terminates; each gang leaves once its saga ended, so
+the next one arrives on the same cluster). Measured:
 
 - the initial state: from the services' start until ingest's ``StateComplete`` is on
   STATE, and until quota has decided on all of STATE (it answers status requests);
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -74,7 +75,7 @@ class Saga:
         who = getattr(ev, "preemptor", "") or getattr(ev, "workload", "")
         kind = events.event_type(ev)
         self.at.setdefault((who, kind), ev.occurred_at)
-        if kind in ("PlanActuated", "PlanDropped", "PreemptionInfeasible"):
+        if kind in ("PlanActuated", "PlanDropped", "PreemptionInfeasible", "Admitted"):
             self.ended.setdefault(who, asyncio.Event()).set()
 
     async def wait(self, who: str, timeout: float) -> bool:
@@ -143,7 +144,6 @@ async def churn(pub: Publisher, state: ClusterState, rate: float, stop: asyncio.
                 continue
             gone.append(key)
             made += 1
-            ns, name = key.split("/", 1)
             await pub.publish(
                 events.ObjectDeleted(
                     id=f"Pod/{key}@c{made}-deleted",
@@ -210,12 +210,30 @@ async def gangs(
             for kind in ("PreemptionRequested", "PlanProposed", "PlanConfirmed", "PlanActuated")
         }
         outcome = "PlanActuated" if got["PlanActuated"] else ("timeout" if not ended else "other")
+        if ended and not got["PlanActuated"]:
+            outcome = next(
+                (
+                    k
+                    for k in ("Admitted", "PlanDropped", "PreemptionInfeasible")
+                    if (ref, k) in saga.at
+                ),
+                "other",
+            )
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         if all(got.values()):
             times = [arrived, *got.values()]
-            for hop, (a, b) in zip(HOPS, zip(times, times[1:], strict=False), strict=True):
+            for hop, (a, b) in zip(HOPS, itertools.pairwise(times), strict=True):
                 hops[hop].append(max(0.0, (b - a).total_seconds()))  # type: ignore[operator]
             total.append((got["PlanActuated"] - arrived).total_seconds())  # type: ignore[operator]
+        # The gang is done and leaves (its victims, never evicted by the log sink, stay
+        # running): the next gang arrives on the same cluster.
+        for obj in objs:
+            kind, key = kinds.kind_of(obj), kinds.key_of(obj)
+            await pub.publish(
+                events.ObjectDeleted(
+                    id=f"{kind}/{key}@gone", occurred_at=datetime.now(UTC), kind=kind, key=key
+                )
+            )
         with contextlib.suppress(TimeoutError):
             await until(lambda: quota_done(nc, topology), 30, "quota idle after a gang")
     return {

@@ -39,6 +39,11 @@ class LiveState:
         if self.ledger is not None:
             self.ledger.changed(kind, old, new)
         self.nodes.changed(kind, old, new)
+        if kind == "StateComplete" and self.nodes.stale:
+            # The starting state is all here (nodes arriving mark the index stale): build
+            # it now, not at the first decision.
+            with contextlib.suppress(InvalidInput):
+                self.nodes.build(self.ctx.now())
         if self._on_change is not None:
             self._on_change(kind, old, new)
 

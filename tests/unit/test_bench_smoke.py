@@ -54,6 +54,10 @@ def test_victims_bench_runs_and_writes_results(tmp_path: Path) -> None:
         assert kinds[kind]["decision"]["n"] == n
         assert sum(kinds[kind]["outcomes"].values()) == n
     assert kinds["single"]["outcomes"] == {"Preempt": 3}
+    assert kinds["single"]["full_rebuild_decision"]["n"] == 3  # the old path, beside it
+    assert size["shape"]["pods_per_node"] == 10
+    assert size["churn"]["change"]["n"] == bench_victims.CHURN_CHANGES
+    assert size["index_builds"] == 1  # the churn was taken in, not rebuilt
     assert kinds["gang8"]["outcomes"] == {"Preempt": 1}
     assert set(size["profile_one_decision"]) == {"single", "gang8"}
     quality = result["quality"]

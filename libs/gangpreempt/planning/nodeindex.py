@@ -47,6 +47,7 @@ class NodeIndex:
         self._drop("building")
         cluster = NodeCluster(self.state)
         table = UnitTable(cluster, now)
+        table.warm()
         self.cluster, self.table = cluster, table
         self.builds += 1
 

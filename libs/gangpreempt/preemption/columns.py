@@ -78,6 +78,24 @@ class NodeColumns:
             ).reshape(len(cells), len(resources))
         self._derive(slice(None))
 
+    @classmethod
+    def sliced(cls, base: NodeColumns, resources: tuple[str, ...]) -> NodeColumns:
+        """The columns of ``resources`` (all of them in ``base``'s set) cut from
+        ``base``'s arrays instead of built from the table."""
+        cols = cls.__new__(cls)
+        cols.table = base.table
+        cols.resources = resources
+        cols.units = base.units
+        cols.position = base.position
+        at = [base.resources.index(r) for r in resources]
+        cols.index = base.index.copy()
+        cols.taken = np.ascontiguousarray(base.taken[:, :, at])
+        cols.present = base.present.copy()
+        cols.priority = base.priority.copy()
+        cols.pods = base.pods.copy()
+        cols.start = base.start.copy()
+        return cols
+
     @property
     def unit_priority(self) -> I64:
         """Priority per slot (empty slots: above every ceiling)."""

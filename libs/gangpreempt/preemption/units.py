@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from gangpreempt.model.pods import PREEMPTIBLE_LABEL, UNIT_GROUP, Pod
+from gangpreempt.model.pods import PODS, PREEMPTIBLE_LABEL, UNIT_GROUP, Pod
 from gangpreempt.model.queues import PriorityClass
 from gangpreempt.placement.cluster import NodeCluster, add_into
 from gangpreempt.preemption.columns import NodeColumns, SlotData
@@ -103,6 +103,7 @@ class UnitTable:
         self.slot_of: dict[str, int] = {}
         self._free_slots: list[int] = []
         self.timed: set[str] = set()  # units whose start or toleration depends on now
+        self.all_resources: tuple[str, ...] = ()  # the resources of ``warm``
         for unit in self.ordered:
             self._place(unit)
             here = self.nodes_of[unit.ref]
@@ -274,11 +275,37 @@ class UnitTable:
                 mask[slot] = self._eligible_slot(slot, priority)
 
     def columns_for(self, resources: tuple[str, ...]) -> NodeColumns:
-        """The column arrays of a resource set (built on first use, then kept current)."""
+        """The column arrays of a resource set (kept current): cut from the columns of
+        every resource (``warm``) when they hold them, else built on first use."""
         cols = self.node_columns.get(resources)
         if cols is None:
-            cols = self.node_columns[resources] = NodeColumns(self.base or self, resources)
+            owner = self.base or self
+            whole = owner.node_columns.get(owner.all_resources)
+            if whole is None or not set(resources) <= set(owner.all_resources):
+                # A resource no column set holds yet (or none built): the columns of every
+                # resource known, once, and this set is cut from them.
+                owner.node_columns.pop(owner.all_resources, None)
+                owner.all_resources = tuple(sorted({*owner.all_resources, *resources}))
+                whole = owner.node_columns[owner.all_resources] = NodeColumns(
+                    owner, owner.all_resources
+                )
+            cols = (
+                whole if resources == owner.all_resources else NodeColumns.sliced(whole, resources)
+            )
+            self.node_columns[resources] = cols
         return cols
+
+    def warm(self) -> None:
+        """Build the columns of every resource the nodes and pods name, once: the first
+        decision of each resource set then cuts its columns from them (a service warms
+        its index at start; a one-off planner does not need to)."""
+        found: set[str] = set()
+        for view in self.cluster.nodes:
+            found.update(view.alloc)
+        for pod in self.cluster.state.pods.values():
+            found.update(pod.requests)
+        found.add(PODS)
+        self.columns_for(tuple(sorted(found)))
 
     def eligible_mask(self, priority: int) -> Any:
         """``eligible`` as a mask over the slots (kept current; callers must copy it
