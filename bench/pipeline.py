@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +26,7 @@ from nats.js.api import DeliverPolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
 
+from bench.processes import start_services, stop_services
 from bench.stats import environment, stats_ms, write_result
 from gangpreempt import events
 from gangpreempt.bus import NatsServer, Topology, connected, follow, provision
@@ -158,28 +157,11 @@ def run(
         GANGPREEMPT_LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "warning"),
         GANGPREEMPT_CYCLE_DELAY="0.005",
     )
-    procs = []
+    procs = start_services(env, work)
     try:
-        for service in ("ingest", "quota", "victims", "actuator"):
-            log = open(work / f"{service}.log", "ab")  # noqa: SIM115
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "gangpreempt.cli", "serve", service],
-                    env=env,
-                    stdout=log,
-                    stderr=log,
-                )
-            )
-            log.close()
         evs = asyncio.run(collect(server.url, topology, n, timeout))
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_services(procs)
         server.stop()
 
     requested = {

@@ -28,7 +28,6 @@ import itertools
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from nats.js.api import DeliverPolicy
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
 
 from bench.density import as_list, dense_state, objects
+from bench.processes import start_services, stop_services
 from bench.stats import environment, stats_ms, write_result
 from bench.victims import NODE_GPUS, requests
 from gangpreempt import events
@@ -53,7 +53,6 @@ from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod, PodGroup
 
-SERVICES = ("ingest", "quota", "victims", "actuator")
 HOPS = (
     "arrival -> requested",
     "requested -> proposed",
@@ -319,27 +318,12 @@ def run_size(nodes: int, pods_per_node: int, n: int, rate: float, timeout: float
         GANGPREEMPT_LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "warning"),
         GANGPREEMPT_CYCLE_DELAY="0.005",
     )
-    procs: dict[str, subprocess.Popen[bytes]] = {}
     started = time.monotonic()
+    procs = start_services(env, work)
     try:
-        for service in SERVICES:
-            log = open(work / f"{service}.log", "ab")  # noqa: SIM115
-            procs[service] = subprocess.Popen(
-                [sys.executable, "-m", "gangpreempt.cli", "serve", service],
-                env=env,
-                stdout=log,
-                stderr=log,
-            )
-            log.close()
         result = asyncio.run(measure(server.url, topology, state, procs, started, n, rate, timeout))
     finally:
-        for p in procs.values():
-            p.send_signal(signal.SIGTERM)
-        for p in procs.values():
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_services(procs)
         server.stop()
     running = sum(1 for p in state.pods.values() if p.running)
     return {

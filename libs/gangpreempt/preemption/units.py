@@ -124,8 +124,9 @@ class UnitTable:
 
     def _join(self, pod: Pod) -> str:
         ref, whole = self.ref_of(pod)
-        self._pods_of.setdefault(ref, {})[pod.key] = pod
-        self._ref_of_pod[pod.key] = ref
+        key = pod.key
+        self._pods_of.setdefault(ref, {})[key] = pod
+        self._ref_of_pod[key] = ref
         self._whole[ref] = whole
         return ref
 
@@ -169,7 +170,11 @@ class UnitTable:
     # -- units ----------------------------------------------------------------------------------
 
     def _unit(self, ref: str) -> Unit:
-        pods = sorted(self._pods_of[ref].values(), key=self._pod_order)
+        members = self._pods_of[ref]
+        if len(members) == 1:
+            pods = list(members.values())
+        else:
+            pods = sorted(members.values(), key=self._pod_order)
         prio = self.cluster.preemption_priority(pods[0])
         return Unit(ref, pods, prio, self._whole[ref], self.now)
 
@@ -181,18 +186,24 @@ class UnitTable:
     def _place(self, unit: Unit) -> None:
         """Index a unit that is in ``units`` and ``ordered``: its nodes, pods, slot."""
         demand = self.cluster.demand
-        here: dict[str, dict[str, int]] = {}
-        for p in unit.pods:
-            add_into(here.setdefault(p.node_name, {}), demand(p))
+        if len(unit.pods) == 1:  # most units: the pod's demand is what it takes there
+            p = unit.pods[0]
             self.of_pod[p.key] = unit
-        self.nodes_of[unit.ref] = list(here.items())
+            self.nodes_of[unit.ref] = [(p.node_name, demand(p))]
+        else:
+            here: dict[str, dict[str, int]] = {}
+            for p in unit.pods:
+                add_into(here.setdefault(p.node_name, {}), demand(p))
+                self.of_pod[p.key] = unit
+            self.nodes_of[unit.ref] = list(here.items())
         slot = self._free_slots.pop() if self._free_slots else len(self.slots)
         if slot == len(self.slots):
             self.slots.append(unit)
         else:
             self.slots[slot] = unit
         self.slot_of[unit.ref] = slot
-        self.slot_data.set(slot, unit, self._guarded(unit))
+        guarded, timed = self._guards(unit)
+        self.slot_data.set(slot, unit, guarded)
         for priority, refs in self._eligible.items():
             if unit.priority < priority and self.refusal(unit, priority) is None:
                 refs.add(unit.ref)
@@ -202,21 +213,31 @@ class UnitTable:
                 [b.key for b in pdbs.values() if b.covers(p) and p.name not in b.disrupted_pods]
                 for p in unit.pods
             ]
-        if self._depends_on_now(unit):
+        if timed:
             self.timed.add(unit.ref)
 
-    def _guarded(self, unit: Unit) -> bool:
-        """Whether anything but its priority may refuse the unit to a preemptor: a
-        non-preemptible label, or a PriorityClass with a toleration policy."""
+    def _guards(self, unit: Unit) -> tuple[bool, bool]:
+        """(guarded, timed): whether anything but its priority may refuse the unit to a
+        preemptor (a non-preemptible label, a PriorityClass with a toleration policy), and
+        whether its start or toleration depends on the clock (a pod without a start
+        time, a toleration that runs out)."""
+        guarded = timed = False
+        classes = self.cluster.state.priority_classes
         for pod in unit.pods:
+            if pod.start_time is None:
+                timed = True
             if pod.labels.get(PREEMPTIBLE_LABEL) == NON_PREEMPTIBLE:
-                return True
+                guarded = True
+            if not classes:
+                continue
             pc = self.cluster.priority_class_of(pod)
             if pc is not None and (
                 pc.minimum_preemptable_priority is not None or pc.toleration_seconds is not None
             ):
-                return True
-        return False
+                guarded = True
+                if pc.toleration_seconds is not None and pc.toleration_seconds > 0:
+                    timed = True
+        return guarded, timed
 
     def recover(self) -> None:
         """The PodDisruptionBudgets changed: which of them cover each unit's pods."""
@@ -232,15 +253,6 @@ class UnitTable:
             if pdbs
             else {}
         )
-
-    def _depends_on_now(self, unit: Unit) -> bool:
-        for pod in unit.pods:
-            if pod.start_time is None:
-                return True
-            pc = self.cluster.priority_class_of(pod)
-            if pc is not None and pc.toleration_seconds is not None and pc.toleration_seconds > 0:
-                return True
-        return False
 
     def refresh(self, refs: Iterable[str]) -> None:
         """Rebuild the units ``refs`` from their pods (a unit without pods is gone), with
