@@ -10,7 +10,9 @@ ticker.
 
 And the publish of a whole state (the first publish, and every periodic republish) to
 a real nats-server with ``sync_interval: always``: objects per second with the acks
-awaited a window at a time (as built) and one by one (the first version).
+awaited a window at a time (as built) and one by one (the first version). And the CPU
+that tracing costs per published STATE object: a span each (the first version) against
+the batch's span context only (as built).
 
 Prints a table and writes ``bench/results/ingest.json``. Nothing here is asserted.
 """
@@ -34,6 +36,7 @@ from bench.stats import environment, write_result
 from gangpreempt.bus import NatsServer, Topology, connected, provision
 from gangpreempt.config import Settings
 from gangpreempt.manifests.objects import ObjectCache
+from gangpreempt.telemetry import inject, publish_batch_span, publish_span, setup_tracing
 from services.ingest.kubernetes import KubeSource
 from services.ingest.service import Ingest
 from services.kube.access import NODES, PODS
@@ -177,6 +180,24 @@ async def measure_publish(pods: int, work: str) -> dict[str, Any]:
     return out
 
 
+def tracing_cost(n: int) -> dict[str, float]:
+    """CPU per STATE object spent on tracing, with a tracer provider installed as the
+    services have: a span of its own per object (the first version) against only the
+    batch's context injected into its headers (as built)."""
+    setup_tracing("bench")
+    t = time.process_time()
+    for i in range(n):
+        with publish_span("gp.state.pod.ns.x", "gp.state.pod.{namespace}.{name}", f"id{i}", 500):
+            inject({})
+    per_span = (time.process_time() - t) / n
+    with publish_batch_span("gp.state", n):
+        t = time.process_time()
+        for _ in range(n):
+            inject({})
+        per_inject = (time.process_time() - t) / n
+    return {"span_per_object_us": per_span * 1e6, "context_only_us": per_inject * 1e6}
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, nargs="+", default=[10_000, 50_000])
@@ -196,6 +217,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"{s['loop_held_incremental_in_thread_p50_s']:>11.3f}s"
         )
     result: dict[str, Any] = {"environment": environment(), "sizes": sizes}
+    cost = tracing_cost(max(1000, max(args.pods)))
+    print(
+        f"tracing per STATE object: {cost['span_per_object_us']:.1f} us with a span each "
+        f"(first version), {cost['context_only_us']:.1f} us with the batch's context only"
+    )
+    result["tracing"] = cost
     if args.publish:
         with tempfile.TemporaryDirectory(prefix="gp-bench-") as work:
             pub = asyncio.run(measure_publish(args.publish, work))

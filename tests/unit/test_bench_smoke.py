@@ -71,7 +71,9 @@ def test_victims_bench_runs_and_writes_results(tmp_path: Path) -> None:
 def test_ingest_bench_runs_and_writes_results(tmp_path: Path) -> None:
     out = tmp_path / "ingest.json"
     bench_ingest.main(["--pods", "200", "--rounds", "1", "--publish", "0", "--out", str(out)])
-    (size,) = json.loads(out.read_text())["sizes"]
+    result = json.loads(out.read_text())
+    assert set(result["tracing"]) == {"span_per_object_us", "context_only_us"}
+    (size,) = result["sizes"]
     assert size["pods"] == 200
     assert size["nodes"] == 10
     assert size["objects_published_first"] == 210
