@@ -9,6 +9,7 @@ import msgspec
 
 from gangpreempt.errors import ManifestError
 from gangpreempt.manifests import core, kueue, nodes
+from gangpreempt.manifests.fastpod import fast_pod
 from gangpreempt.manifests.fields import Fields, Where, describe
 from gangpreempt.manifests.yamlio import (
     NotFast,
@@ -139,7 +140,9 @@ class _Reader:
             if kind == "Node":
                 self._put(st.nodes, name, nodes.node(name, meta, spec, status), where)
                 return
-            pod = nodes.pod(namespace, name, meta, spec, status)
+            pod = fast_pod(namespace, name, meta.data, spec.data, status.data) or nodes.pod(
+                namespace, name, meta, spec, status
+            )
             ref = spec.map("workloadRef")
             group = spec.map("schedulingGroup")
             if ref is not None:

