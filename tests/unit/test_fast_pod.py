@@ -202,7 +202,7 @@ def test_the_fast_decoder_gives_the_general_decoders_pod(
     try:
         expected = general(meta, spec, status)
     except ManifestError as exc:
-        raise AssertionError(f"the fast decoder read a pod the general one rejects: {exc}")
+        raise AssertionError(f"the fast decoder read a pod the general one rejects: {exc}") from exc
     assert fast == expected
 
 

@@ -45,7 +45,7 @@ def _text(value: Any, default: str = "") -> str | None:
     return value if type(value) is str else None
 
 
-def _time(value: Any) -> datetime | None | bool:
+def _time(value: Any) -> datetime | bool | None:
     """A parsed time, None when absent, False when it cannot be read."""
     if value is None or value == "":
         return None
@@ -169,7 +169,7 @@ def fast_pod(
     )
 
 
-def _scheduled_at(conditions: Any) -> datetime | None | bool:
+def _scheduled_at(conditions: Any) -> datetime | bool | None:
     """``nodes._scheduled_at`` on the raw list; False when it cannot be read."""
     if conditions is None:
         return None
