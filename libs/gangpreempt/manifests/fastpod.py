@@ -45,14 +45,14 @@ def _text(value: Any, default: str = "") -> str | None:
     return value if type(value) is str else None
 
 
-def _time(value: Any) -> datetime | bool | None:
-    """A parsed time, None when absent, False when it cannot be read."""
+def _time(value: Any) -> tuple[bool, datetime | None]:
+    """(readable, the time or None when absent)."""
     if value is None or value == "":
-        return None
+        return True, None
     try:
-        return parse_time(value)
+        return True, parse_time(value)
     except ValueError:
-        return False
+        return False, None
 
 
 def _requests(containers: Any) -> dict[str, int] | None:
@@ -129,10 +129,10 @@ def fast_pod(
         policy = None
     if policy is not None and type(policy) is not str:
         return None
-    start = _time(status.get("startTime"))
-    deleted = _time(meta.get("deletionTimestamp"))
-    scheduled = _scheduled_at(status.get("conditions"))
-    if start is False or deleted is False or scheduled is False:
+    ok_start, start = _time(status.get("startTime"))
+    ok_deleted, deleted = _time(meta.get("deletionTimestamp"))
+    ok_scheduled, scheduled = _scheduled_at(status.get("conditions"))
+    if not (ok_start and ok_deleted and ok_scheduled):
         return None
     scheduling = _NO_CONSTRAINTS
     if any(spec.get(k) is not None for k in ("nodeSelector", "tolerations", "affinity")):
@@ -160,8 +160,8 @@ def fast_pod(
         priority_class_name=priority_class,
         preemption_policy=policy,
         scheduling=scheduling,
-        start_time=start or None,
-        scheduled_at=scheduled or None,
+        start_time=start,
+        scheduled_at=scheduled,
         terminating=deleted is not None,
         finished=phase in ("Succeeded", "Failed"),
         group=group,
@@ -169,18 +169,18 @@ def fast_pod(
     )
 
 
-def _scheduled_at(conditions: Any) -> datetime | bool | None:
-    """``nodes._scheduled_at`` on the raw list; False when it cannot be read."""
+def _scheduled_at(conditions: Any) -> tuple[bool, datetime | None]:
+    """``nodes._scheduled_at`` on the raw list: (readable, the time or None)."""
     if conditions is None:
-        return None
+        return True, None
     if type(conditions) is not list:
-        return False
+        return False, None
     for cond in conditions:
         if type(cond) is not dict:
-            return False
+            return False, None
         if cond.get("type") == "PodScheduled" and cond.get("status") in (None, "True"):
             return _time(cond.get("lastTransitionTime"))
-    return None
+    return True, None
 
 
 __all__ = ["fast_pod"]
