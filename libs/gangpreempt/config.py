@@ -11,6 +11,8 @@ import msgspec
 
 from gangpreempt.errors import InvalidInput
 
+SERVICES = ("ingest", "quota", "victims", "actuator")
+
 ENV_PREFIX = "GANGPREEMPT_"
 
 
@@ -127,4 +129,4 @@ def load_settings(
     return Settings(**values)
 
 
-__all__ = ["ENV_PREFIX", "Settings", "env_name", "load_settings"]
+__all__ = ["SERVICES", "ENV_PREFIX", "Settings", "env_name", "load_settings"]

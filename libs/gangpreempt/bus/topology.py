@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 
 from gangpreempt import events
+from gangpreempt.config import SERVICES
 
 _SAFE = re.compile(r"[A-Za-z0-9-]")
 _PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -39,7 +40,6 @@ EVENT_SUBJECTS: dict[type[events.Event], tuple[str, str]] = {
     events.PlanActuated: ("actuator", "plan-actuated"),
     events.PlanDropped: ("actuator", "plan-dropped"),
 }
-SERVICES = ("ingest", "quota", "victims", "actuator")
 
 
 def encode_token(text: str) -> str:
