@@ -129,4 +129,4 @@ def load_settings(
     return Settings(**values)
 
 
-__all__ = ["SERVICES", "ENV_PREFIX", "Settings", "env_name", "load_settings"]
+__all__ = ["ENV_PREFIX", "SERVICES", "Settings", "env_name", "load_settings"]

@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import click
 import msgspec
@@ -34,7 +34,7 @@ class _Commands(click.Group):
     """Commands that talk to NATS are imported when they are named: ``plan`` does not
     load the NATS client (a third of its start)."""
 
-    LAZY = {
+    LAZY: ClassVar[dict[str, tuple[str, str]]] = {
         "provision": ("gangpreempt.cli.provision", "provision_command"),
         "nats-config": ("gangpreempt.cli.natsconfig", "nats_config_command"),
     }
