@@ -7,7 +7,7 @@ start. A change to a unit rewrites the rows of its nodes only."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,6 +30,19 @@ class SlotData:
         self.start: npt.NDArray[np.float64] = np.zeros(0, dtype=np.float64)
         # anything but the priority may refuse it (a label, a toleration policy)
         self.guarded: npt.NDArray[np.bool_] = np.zeros(0, dtype=np.bool_)
+
+    def fill(self, units: Sequence[Unit], guarded: Sequence[bool]) -> None:
+        """Slots 0..n-1 hold ``units`` (the first build)."""
+        n = len(units)
+        size = max(16, 2 * n)
+        self.priority = np.full(size, NO_PRIORITY, dtype=np.int64)
+        self.pods = np.zeros(size, dtype=np.int64)
+        self.start = np.zeros(size, dtype=np.float64)
+        self.guarded = np.zeros(size, dtype=np.bool_)
+        self.priority[:n] = [u.priority for u in units]
+        self.pods[:n] = [len(u.pods) for u in units]
+        self.start[:n] = [u.start.timestamp() for u in units]
+        self.guarded[:n] = guarded
 
     def set(self, slot: int, unit: Unit | None, guarded: bool = False) -> None:
         if slot >= len(self.priority):

@@ -33,6 +33,10 @@ class Unit:
         self.pods = pods
         self.priority = priority
         self.is_group = is_group
+        if len(pods) == 1:
+            self.start = pods[0].start_time or now
+            self.evicting = pods[0].terminating
+            return
         starts = [p.start_time or now for p in pods]
         self.start = min(starts) if starts else now
         self.evicting = all(p.terminating for p in pods)
@@ -99,15 +103,16 @@ class UnitTable:
         self.derived: dict[Any, Any] = {}  # caches over the columns, dropped on a change
         # unit -> PDB keys covering each of its pods (kube-scheduler's matching rule)
         self.covering: dict[str, list[list[str]]] = {}
-        self.slots: list[Unit | None] = []
-        self.slot_of: dict[str, int] = {}
         self._free_slots: list[int] = []
         self.timed: set[str] = set()  # units whose start or toleration depends on now
         self.all_resources: tuple[str, ...] = ()  # the resources of ``warm``
+        # Slots in importance order, their arrays filled at once.
+        self.slots: list[Unit | None] = list(self.ordered)
+        self.slot_of: dict[str, int] = {u.ref: i for i, u in enumerate(self.ordered)}
+        guarded = [self._index(unit) for unit in self.ordered]
+        self.slot_data.fill(self.ordered, guarded)
         for unit in self.ordered:
-            self._place(unit)
-            here = self.nodes_of[unit.ref]
-            for node, demand in here:
+            for node, demand in self.nodes_of[unit.ref]:
                 self.on_node.setdefault(node, []).append((unit, demand))
 
     # -- membership ---------------------------------------------------------------------------
@@ -185,6 +190,17 @@ class UnitTable:
 
     def _place(self, unit: Unit) -> None:
         """Index a unit that is in ``units`` and ``ordered``: its nodes, pods, slot."""
+        slot = self._free_slots.pop() if self._free_slots else len(self.slots)
+        if slot == len(self.slots):
+            self.slots.append(unit)
+        else:
+            self.slots[slot] = unit
+        self.slot_of[unit.ref] = slot
+        self.slot_data.set(slot, unit, self._index(unit))
+
+    def _index(self, unit: Unit) -> bool:
+        """Index a unit's nodes, pods, eligibility, budgets and clock; whether it is
+        guarded (``_guards``)."""
         demand = self.cluster.demand
         if len(unit.pods) == 1:  # most units: the pod's demand is what it takes there
             p = unit.pods[0]
@@ -196,14 +212,7 @@ class UnitTable:
                 add_into(here.setdefault(p.node_name, {}), demand(p))
                 self.of_pod[p.key] = unit
             self.nodes_of[unit.ref] = list(here.items())
-        slot = self._free_slots.pop() if self._free_slots else len(self.slots)
-        if slot == len(self.slots):
-            self.slots.append(unit)
-        else:
-            self.slots[slot] = unit
-        self.slot_of[unit.ref] = slot
         guarded, timed = self._guards(unit)
-        self.slot_data.set(slot, unit, guarded)
         for priority, refs in self._eligible.items():
             if unit.priority < priority and self.refusal(unit, priority) is None:
                 refs.add(unit.ref)
@@ -215,6 +224,7 @@ class UnitTable:
             ]
         if timed:
             self.timed.add(unit.ref)
+        return guarded
 
     def _guards(self, unit: Unit) -> tuple[bool, bool]:
         """(guarded, timed): whether anything but its priority may refuse the unit to a
