@@ -93,6 +93,8 @@ class _Reader:
         if kind == "List" or (kind.endswith("List") and isinstance(doc.get("items"), list)):
             items = doc.get("items") or []
             for i, item in enumerate(items):
+                if self._plain_pod(item):
+                    continue
                 item_where = Where(
                     where.file,
                     where.document,
@@ -252,6 +254,28 @@ class _Reader:
                     preemption_mode=UNIT_GROUP,
                     source="pod-group label",
                 )
+
+    def _plain_pod(self, item: Any) -> bool:
+        """A list item that is a common Pod (``fastpod``), read and stored; False for
+        anything else, which ``_object`` reads (and reports) as any object."""
+        if type(item) is not dict or item.get("kind") != "Pod" or item.get("apiVersion") != "v1":
+            return False
+        meta, spec, status = item.get("metadata"), item.get("spec"), item.get("status")
+        spec = {} if spec is None else spec
+        status = {} if status is None else status
+        if type(meta) is not dict or type(spec) is not dict or type(status) is not dict:
+            return False
+        name, namespace = meta.get("name"), meta.get("namespace")
+        namespace = "default" if namespace is None else namespace
+        if type(name) is not str or not name or type(namespace) is not str:
+            return False
+        if spec.get("workloadRef") is not None or spec.get("schedulingGroup") is not None:
+            return False
+        pod = fast_pod(namespace, name, meta, spec, status)
+        if pod is None or pod.key in self.state.pods:
+            return False  # read it the general way (a duplicate is reported there)
+        self.state.pods[pod.key] = pod
+        return True
 
     def _put(self, table: dict[str, Any], key: str, value: Any, where: Where) -> None:
         if key in table:
