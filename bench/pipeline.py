@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ from nats.js.api import DeliverPolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
 
-from bench.processes import start_services, stop_services
+from bench.processes import service_env, start_services, stop_services
 from bench.stats import environment, stats_ms, write_result
 from gangpreempt import events
 from gangpreempt.bus import NatsServer, Topology, connected, follow, provision
@@ -148,15 +147,7 @@ def run(
     burst_at = write_scenario(scenario, n, spaced, gap, start=3.0)
     server = NatsServer(str(work / "nats"), sync_always=sync_always).start()
     topology = Topology("bench")
-    env = dict(os.environ)
-    env.update(
-        GANGPREEMPT_NATS_URL=server.url,
-        GANGPREEMPT_PREFIX=topology.prefix,
-        GANGPREEMPT_SCENARIO=str(scenario),
-        GANGPREEMPT_TERMINATION_DELAY="600",
-        GANGPREEMPT_LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "warning"),
-        GANGPREEMPT_CYCLE_DELAY="0.005",
-    )
+    env = service_env(server.url, topology.prefix, scenario, termination_delay="600")
     procs = start_services(env, work)
     try:
         evs = asyncio.run(collect(server.url, topology, n, timeout))

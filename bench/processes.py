@@ -3,12 +3,29 @@ their output in a folder, stopped with SIGTERM (killed after 15 s)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 SERVICES = ("ingest", "quota", "victims", "actuator")
+
+
+def service_env(url: str, prefix: str, scenario: Path, **settings: str) -> dict[str, str]:
+    """This process's environment, the services pointed at the server and scenario, quiet
+    (``BENCH_LOG_LEVEL`` to hear more), fast cycles, and ``settings`` (``sim="false"``
+    sets ``GANGPREEMPT_SIM``)."""
+    env = dict(os.environ)
+    env.update(
+        GANGPREEMPT_NATS_URL=url,
+        GANGPREEMPT_PREFIX=prefix,
+        GANGPREEMPT_SCENARIO=str(scenario),
+        GANGPREEMPT_LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "warning"),
+        GANGPREEMPT_CYCLE_DELAY="0.005",
+    )
+    env.update({f"GANGPREEMPT_{k.upper()}": v for k, v in settings.items()})
+    return env
 
 
 def start_services(env: dict[str, str], logs: Path) -> dict[str, subprocess.Popen[bytes]]:
@@ -35,4 +52,4 @@ def stop_services(procs: dict[str, subprocess.Popen[bytes]]) -> None:
             p.kill()
 
 
-__all__ = ["SERVICES", "start_services", "stop_services"]
+__all__ = ["SERVICES", "service_env", "start_services", "stop_services"]

@@ -43,7 +43,7 @@ from nats.js.api import DeliverPolicy
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
 
 from bench.density import as_list, dense_state, objects
-from bench.processes import start_services, stop_services
+from bench.processes import service_env, start_services, stop_services
 from bench.stats import environment, stats_ms, write_result
 from bench.victims import NODE_GPUS, requests
 from gangpreempt import events
@@ -308,16 +308,7 @@ def run_size(nodes: int, pods_per_node: int, n: int, rate: float, timeout: float
         json.dump(as_list(items), fh)
     server = NatsServer(str(work / "nats")).start()
     topology = Topology("scale")
-    env = dict(os.environ)
-    env.update(
-        GANGPREEMPT_NATS_URL=server.url,
-        GANGPREEMPT_PREFIX=topology.prefix,
-        GANGPREEMPT_SCENARIO=str(scenario),
-        GANGPREEMPT_SIM="false",
-        GANGPREEMPT_SINK="log",
-        GANGPREEMPT_LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "warning"),
-        GANGPREEMPT_CYCLE_DELAY="0.005",
-    )
+    env = service_env(server.url, topology.prefix, scenario, sim="false", sink="log")
     started = time.monotonic()
     procs = start_services(env, work)
     try:
