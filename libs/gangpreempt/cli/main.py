@@ -14,6 +14,7 @@ import msgspec
 
 from gangpreempt import __version__
 from gangpreempt.cli.rendering import print_table
+from gangpreempt.collecting import paused
 from gangpreempt.config import SERVICES, env_name, load_settings
 from gangpreempt.errors import EXIT_INVALID, InvalidInput
 from gangpreempt.manifests import load, parse_time
@@ -106,7 +107,8 @@ def plan(
         loaded = load(list(paths))
         for warning in [*loaded.warnings, *state_warnings(loaded.state)]:
             click.echo(f"warning: {warning}", err=True)
-        result = make_plan(loaded.state, clock, workload, priority_search=priority_search)
+        with paused():  # one build of everything: no cyclic collection in the middle
+            result = make_plan(loaded.state, clock, workload, priority_search=priority_search)
     except InvalidInput as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_INVALID)

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from gangpreempt.collecting import paused
 from gangpreempt.errors import ManifestError
 from gangpreempt.manifests import core, kueue, nodes
 from gangpreempt.manifests.fastpod import fast_pod
@@ -294,12 +295,13 @@ def load(paths: Sequence[str]) -> Loaded:
     """
     if not paths:
         raise ManifestError("(no input)", "give at least one file or folder with -f")
-    try:
-        return _Reader(fast=True).read(paths)
-    except (ManifestError, NotFast):
-        # Read again, remembering lines: the error names its line. (Where the YAML 1.1
-        # reading accepts what the YAML 1.2 one did not, that reading is taken.)
-        return _Reader().read(paths)
+    with paused():
+        try:
+            return _Reader(fast=True).read(paths)
+        except (ManifestError, NotFast):
+            # Read again, remembering lines: the error names its line. (Where the YAML
+            # 1.1 reading accepts what the YAML 1.2 one did not, that reading is taken.)
+            return _Reader().read(paths)
 
 
 def reads(api_version: str, kind: str) -> bool:

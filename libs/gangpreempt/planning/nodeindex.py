@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from gangpreempt.collecting import paused
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Node, Pod
@@ -45,9 +46,10 @@ class NodeIndex:
     def build(self, now: datetime) -> None:
         """Build from the whole state (raises ``InvalidInput`` as ``NodeCluster`` does)."""
         self._drop("building")
-        cluster = NodeCluster(self.state)
-        table = UnitTable(cluster, now)
-        table.warm()
+        with paused():
+            cluster = NodeCluster(self.state)
+            table = UnitTable(cluster, now)
+            table.warm()
         self.cluster, self.table = cluster, table
         self.builds += 1
 
