@@ -94,6 +94,25 @@ def test_invalid_manifest_exits_2_naming_file_document_object_field(tmp_path: Pa
     )
 
 
+def test_a_quantity_beyond_the_arithmetic_exits_2_naming_it(tmp_path: Path) -> None:
+    """A request the int64 arrays of the node-level search cannot hold is a manifest
+    error with its place, not a traceback."""
+    path = tmp_path / "pods.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n"
+        "status: {allocatable: {cpu: '4', pods: '110'}}\n---\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: big, namespace: ml}\nspec:\n"
+        "  containers:\n  - name: c\n    resources:\n      requests:\n"
+        "        cpu: '10000000000000000'\n"
+    )
+    code, out, err = run("plan", "-f", str(path))
+    assert code == 2
+    assert out == ""
+    assert f"{path}: document 2 (Pod ml/big): spec.containers[0].resources.requests.cpu" in err
+    assert "beyond the largest quantity" in err
+    assert "(line 14)" in err
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

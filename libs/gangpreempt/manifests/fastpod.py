@@ -17,7 +17,7 @@ from gangpreempt.manifests.fields import Fields, Where, parse_time
 from gangpreempt.manifests.nodes import POD_GROUP_LABELS
 from gangpreempt.manifests.podspec import constraints
 from gangpreempt.model.pods import KUEUE_WORKLOAD_ANNOTATION, Pod
-from gangpreempt.model.quantity import QuantityError, to_amount
+from gangpreempt.model.quantity import MAX_AMOUNT, QuantityError, to_amount
 from gangpreempt.model.scheduling import SchedulingConstraints
 
 # Fields of a pod's spec that change its requests: left to the general decoder.
@@ -83,7 +83,7 @@ def _requests(containers: Any) -> dict[str, int] | None:
                     amount = to_amount(res, value)
                 except QuantityError:
                     return None
-                if amount < 0:
+                if amount < 0 or amount > MAX_AMOUNT:
                     return None
                 if not setdefault or res not in mine:
                     mine[res] = amount

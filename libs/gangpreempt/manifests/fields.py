@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 from gangpreempt.errors import ManifestError
 from gangpreempt.manifests.yamlio import line_of
-from gangpreempt.model.quantity import QuantityError, to_amount
+from gangpreempt.model.quantity import MAX_AMOUNT, QuantityError, format_amount, to_amount
 
 
 class Where:
@@ -195,7 +195,11 @@ class Fields:
         assert isinstance(value, str)
         return value
 
-    def amount(self, key: str, resource: str, required: bool = False) -> int | None:
+    def amount(
+        self, key: str, resource: str, required: bool = False, bounded: bool = False
+    ) -> int | None:
+        """A quantity as an integer amount; ``bounded``: at most ``MAX_AMOUNT`` (what a pod
+        asks for and a node holds: the node-level search sums them in int64 arrays)."""
         value = self.data.get(key)
         if value is None:
             if required:
@@ -207,16 +211,22 @@ class Fields:
             self.fail(key, f"expected a Kubernetes quantity: {exc}")
         if amount < 0:
             self.fail(key, f"expected a non-negative quantity, got {describe(value)}")
+        if bounded and amount > MAX_AMOUNT:
+            self.fail(
+                key,
+                f"{describe(value)} is beyond the largest quantity gangpreempt computes with "
+                f"({format_amount(resource, MAX_AMOUNT)})",
+            )
         return amount
 
-    def amounts(self, key: str) -> dict[str, int]:
-        """A ResourceList: resource name -> integer amount."""
+    def amounts(self, key: str, bounded: bool = False) -> dict[str, int]:
+        """A ResourceList: resource name -> integer amount (``bounded``: see ``amount``)."""
         sub = self.map(key)
         if sub is None:
             return {}
         out: dict[str, int] = {}
         for res in sub.data:
-            amount = sub.amount(str(res), str(res), required=True)
+            amount = sub.amount(str(res), str(res), required=True, bounded=bounded)
             assert amount is not None
             out[str(res)] = amount
         return out

@@ -27,7 +27,7 @@ LABEL_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 def node(name: str, meta: Fields, spec: Fields, status: Fields) -> Node:
     return Node(
         name=name,
-        allocatable=status.amounts("allocatable"),
+        allocatable=status.amounts("allocatable", bounded=True),
         labels=meta.text_map("labels"),
         taints=taints(spec, "taints"),
         unschedulable=spec.flag("unschedulable", False),

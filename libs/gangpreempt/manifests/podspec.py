@@ -26,8 +26,8 @@ def container_requests(c: Fields) -> dict[str, int]:
     """A container's requests, limits standing in for missing requests (as Kubernetes
     defaults them)."""
     res = c.map_or_empty("resources")
-    requests = res.amounts("requests")
-    for name, amount in res.amounts("limits").items():
+    requests = res.amounts("requests", bounded=True)
+    for name, amount in res.amounts("limits", bounded=True).items():
         requests.setdefault(name, amount)
     return requests
 
@@ -52,11 +52,11 @@ def pod_requests(spec: Fields) -> dict[str, int]:
     total = dict(containers)
     add_into(total, sidecars)
     _max(total, init_peak)
-    pod_level = spec.map_or_empty("resources").amounts("requests")
+    pod_level = spec.map_or_empty("resources").amounts("requests", bounded=True)
     for name in ("cpu", "memory"):
         if name in pod_level:
             total[name] = pod_level[name]
-    add_into(total, spec.amounts("overhead"))
+    add_into(total, spec.amounts("overhead", bounded=True))
     return {res: v for res, v in total.items()}
 
 

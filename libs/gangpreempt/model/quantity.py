@@ -74,8 +74,15 @@ def _ceil(value: Fraction) -> int:
     return -((-value.numerator) // value.denominator)
 
 
+# The largest amount a pod may ask for or a node hold: sums of a thousand of them stay
+# within the int64 arrays of the node-level search (2**50 bytes is a PiB; 2**50
+# milli-CPU, 10**12 cores). Quotas are not bounded (they are summed as Python ints).
+MAX_AMOUNT = 2**50
+
+
 def to_amount(resource: str, text: object) -> int:
-    """The integer Kueue accounts for ``text`` of ``resource`` (milli for cpu, else units)."""
+    """The integer Kueue accounts for ``text`` of ``resource`` (milli for cpu, else units).
+    Pod requests and node allocatable above ``MAX_AMOUNT`` are refused by the caller."""
     if isinstance(text, int) and not isinstance(text, bool):
         return text * 1000 if resource in MILLI_RESOURCES else text
     if isinstance(text, str):
@@ -113,4 +120,4 @@ def add_into(into: dict[str, int], more: Mapping[str, int], sign: int = 1) -> No
         into[res] = into.get(res, 0) + sign * v
 
 
-__all__ = ["QuantityError", "add_into", "format_amount", "parse_exact", "to_amount"]
+__all__ = ["MAX_AMOUNT", "QuantityError", "add_into", "format_amount", "parse_exact", "to_amount"]
