@@ -94,6 +94,27 @@ def test_invalid_manifest_exits_2_naming_file_document_object_field(tmp_path: Pa
     )
 
 
+def test_standard_input_is_read_with_dash_as_a_file_is() -> None:
+    """``kubectl get -o yaml | gangpreempt plan -f -``: the same decisions as from the
+    files; an error names ``<stdin>`` and its line (the input is read a second time for
+    it, from what was read the first)."""
+    folder = ROOT / "examples/quota-demo"
+    text = "\n---\n".join(p.read_text() for p in sorted(folder.glob("*.yaml")))
+    args = ["--now", "2026-01-01T00:00:00Z", "-o", "json"]
+    from_files = CliRunner().invoke(cli, ["plan", "-f", str(folder), *args])
+    from_stdin = CliRunner().invoke(cli, ["plan", "-f", "-", *args], input=text)
+    assert from_stdin.exit_code == 0, from_stdin.stderr
+    assert json.loads(from_stdin.stdout) == json.loads(from_files.stdout)
+    broken = (
+        text + "\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {priority: high}\n"
+    )
+    bad = CliRunner().invoke(cli, ["plan", "-f", "-"], input=broken)
+    assert bad.exit_code == 2
+    line = broken.count("\n")  # the last line
+    assert "<stdin>: document" in bad.stderr
+    assert f"spec.priority: expected an integer, got 'high' (line {line})" in bad.stderr
+
+
 def test_a_quantity_beyond_the_arithmetic_exits_2_naming_it(tmp_path: Path) -> None:
     """A request the int64 arrays of the node-level search cannot hold is a manifest
     error with its place, not a traceback."""

@@ -65,7 +65,8 @@ def cli() -> None:
     multiple=True,
     required=True,
     metavar="PATH",
-    help="A YAML file or folder (kubectl get -o yaml output works). Repeatable.",
+    help="A YAML or JSON file or folder, or - for standard input (kubectl get -o yaml|json "
+    "output works). Repeatable.",
 )
 @click.option(
     "--workload",

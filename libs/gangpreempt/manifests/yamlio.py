@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,8 +71,28 @@ _Loader.add_constructor("tag:yaml.org,2002:map", _mapping)
 _Loader.add_constructor("tag:yaml.org,2002:seq", _sequence)
 
 
+STDIN = "<stdin>"  # what ``-`` reads, and how errors name it
+_stdin: tuple[object, bytes] | None = None  # (the stream it came from, its bytes)
+
+
+def read_bytes(file: str) -> bytes:
+    """A file's bytes; ``STDIN``'s are read once per stream (the lined reader may read
+    the input a second time)."""
+    global _stdin
+    if file != STDIN:
+        with open(file, "rb") as fh:
+            return fh.read()
+    stream = sys.stdin
+    if _stdin is None or _stdin[0] is not stream:
+        _stdin = (stream, stream.buffer.read())
+    return _stdin[1]
+
+
 def yaml_files(path: str) -> list[str]:
-    """The YAML files under ``path`` (a file, or a folder searched recursively), sorted."""
+    """The YAML files under ``path`` (a file, or a folder searched recursively), sorted;
+    ``-`` is standard input."""
+    if path == "-":
+        return [STDIN]
     p = Path(path)
     if p.is_file():
         return [path]
@@ -89,8 +110,7 @@ def yaml_files(path: str) -> list[str]:
 def documents(file: str) -> Iterator[tuple[int, Any]]:
     """``(document number, parsed document)`` for each YAML document in ``file``."""
     try:
-        with open(file, encoding="utf-8") as fh:
-            text = fh.read()
+        text = read_bytes(file).decode("utf-8")
     except OSError as exc:
         raise ManifestError(file, f"cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
@@ -122,8 +142,7 @@ def fast_documents(file: str) -> Iterator[tuple[int, Any]]:
     for a file that cannot be read at all) when the text is not valid, or when its
     documents cannot be told apart for sure."""
     try:
-        with open(file, "rb") as fh:
-            data = fh.read()
+        data = read_bytes(file)
         text = data.decode("utf-8")
     except OSError as exc:
         raise ManifestError(file, f"cannot read: {exc.strerror or exc}") from exc
@@ -174,11 +193,13 @@ def line_of(container: Any, key: Any) -> int | None:
 
 
 __all__ = [
+    "STDIN",
     "LinedDict",
     "LinedList",
     "NotFast",
     "documents",
     "fast_documents",
     "line_of",
+    "read_bytes",
     "yaml_files",
 ]
