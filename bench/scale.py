@@ -59,6 +59,7 @@ HOPS = (
     "proposed -> confirmed",
     "confirmed -> actuated",
 )
+STEPS = ("PreemptionRequested", "PlanProposed", "PlanConfirmed", "PlanActuated")
 GANG_PODS = 8
 PRIORITY = 1000
 
@@ -204,10 +205,13 @@ async def gangs(
             await pub.publish(upsert(obj, "1"))
         arrived = datetime.now(UTC)
         ended = await saga.wait(ref, timeout)
-        got = {
-            kind: saga.at.get((ref, kind))
-            for kind in ("PreemptionRequested", "PlanProposed", "PlanConfirmed", "PlanActuated")
-        }
+        if ended and (ref, "PlanActuated") in saga.at:
+            # The actuator follows the plan record, not quota's event: PlanConfirmed may be
+            # stored after PlanActuated. Until every step is seen (5 s at most).
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not all((ref, k) in saga.at for k in STEPS):
+                await asyncio.sleep(0.01)
+        got = {kind: saga.at.get((ref, kind)) for kind in STEPS}
         outcome = "PlanActuated" if got["PlanActuated"] else ("timeout" if not ended else "other")
         if ended and not got["PlanActuated"]:
             outcome = next(
