@@ -48,7 +48,7 @@ from bench.stats import environment, stats_ms, write_result
 from bench.victims import NODE_GPUS, requests
 from gangpreempt import events
 from gangpreempt.bus import NatsServer, Publisher, Topology, connected, follow, provision
-from gangpreempt.bus.status import ask_quota
+from gangpreempt.bus.status import quota_caught_up
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod, PodGroup
@@ -183,14 +183,6 @@ async def until(check: Any, timeout: float, what: str) -> float:
         await asyncio.sleep(0.05)
 
 
-async def quota_done(nc: Client, topology: Topology) -> bool:
-    status = await ask_quota(nc, topology)
-    if status is None or not status.idle:
-        return False
-    info = await nc.jetstream().stream_info(topology.state_stream)
-    return status.state_seq >= info.state.last_seq
-
-
 async def gangs(
     nc: Client, topology: Topology, pub: Publisher, saga: Saga, label: str, n: int, timeout: float
 ) -> dict[str, Any]:
@@ -238,7 +230,7 @@ async def gangs(
                 )
             )
         with contextlib.suppress(TimeoutError):
-            await until(lambda: quota_done(nc, topology), 30, "quota idle after a gang")
+            await until(lambda: quota_caught_up(nc, topology), 30, "quota idle after a gang")
     return {
         "gangs": n,
         "outcomes": outcomes,
@@ -277,7 +269,7 @@ async def measure(
             return False
 
         t_complete = await until(complete, 600, "StateComplete")
-        t_idle = await until(lambda: quota_done(nc, topology), 600, "quota caught up")
+        t_idle = await until(lambda: quota_caught_up(nc, topology), 600, "quota caught up")
         initial = {"state_complete_s": t_complete - started, "quota_caught_up_s": t_idle - started}
         cpu_start = {s: proc_stats(p.pid) for s, p in procs.items()}
         pub = Publisher(nc, topology, "bench")

@@ -45,4 +45,13 @@ async def ask_quota(nc: Client, topology: Topology, timeout: float = 1.0) -> Quo
         return None
 
 
-__all__ = ["QuotaStatus", "ask_quota", "status_subject"]
+async def quota_caught_up(nc: Client, topology: Topology) -> bool:
+    """quota is idle and has decided on everything STATE holds now."""
+    status = await ask_quota(nc, topology)
+    if status is None or not status.idle:
+        return False
+    info = await nc.jetstream().stream_info(topology.state_stream)
+    return status.state_seq >= info.state.last_seq
+
+
+__all__ = ["QuotaStatus", "ask_quota", "quota_caught_up", "status_subject"]

@@ -24,7 +24,7 @@ from gangpreempt import events
 from gangpreempt.bus import SERVICES, NatsServer, Topology, connected_with, follow, provision_with
 from gangpreempt.bus.permissions import ADMIN, server_authorization
 from gangpreempt.bus.records import decode_record
-from gangpreempt.bus.status import ask_quota
+from gangpreempt.bus.status import quota_caught_up
 from gangpreempt.config import Settings, env_name
 from gangpreempt.errors import EXIT_INVALID
 from gangpreempt.planning.records import ACTUATED, ACTUATING, DROPPED, PlanRecord
@@ -198,14 +198,7 @@ async def _live_view(
     async with connected_with(settings, "gangpreempt-up") as nc:
         await provision_with(nc.jetstream(), settings)
 
-        async def quota_idle() -> bool:
-            status = await ask_quota(nc, topology)
-            if status is None or not status.idle:
-                return False
-            info = await nc.jetstream().stream_info(topology.state_stream)
-            return status.state_seq >= info.state.last_seq  # it has all STATE has
-
-        tally.quota_idle = quota_idle
+        tally.quota_idle = lambda: quota_caught_up(nc, topology)
         provisioned.set()
 
         async def on_msg(msg: Msg) -> None:

@@ -14,9 +14,9 @@ from typing import Any
 
 from gangpreempt.errors import ManifestError
 from gangpreempt.manifests.fields import Fields, Where, parse_time
-from gangpreempt.manifests.nodes import POD_GROUP_LABELS
+from gangpreempt.manifests.nodes import pod_of
 from gangpreempt.manifests.podspec import constraints
-from gangpreempt.model.pods import KUEUE_WORKLOAD_ANNOTATION, Pod
+from gangpreempt.model.pods import Pod
 from gangpreempt.model.quantity import MAX_AMOUNT, QuantityError, to_amount
 from gangpreempt.model.scheduling import SchedulingConstraints
 
@@ -140,20 +140,15 @@ def fast_pod(
             scheduling = constraints(Fields(_WHERE, spec, "spec"))
         except ManifestError:
             return None
-    group = ""
-    for label in POD_GROUP_LABELS:
-        if labels.get(label):
-            group = f"{namespace}/{labels[label]}"
-            break
-    kueue = annotations.get(KUEUE_WORKLOAD_ANNOTATION)
-    version = meta.get("resourceVersion")
-    return Pod(
-        namespace=namespace,
-        name=name,
+    return pod_of(
+        namespace,
+        name,
+        labels,
+        annotations,
+        phase,
         requests=requests,
         uid=uid,
-        resource_version=str(version or ""),
-        labels=labels,
+        resource_version=str(meta.get("resourceVersion") or ""),
         node_name=node_name,
         nominated_node=nominated,
         priority=priority,
@@ -163,9 +158,6 @@ def fast_pod(
         start_time=start,
         scheduled_at=scheduled,
         terminating=deleted is not None,
-        finished=phase in ("Succeeded", "Failed"),
-        group=group,
-        kueue_workload=f"{namespace}/{kueue}" if kueue else "",
     )
 
 

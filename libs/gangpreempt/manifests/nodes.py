@@ -4,6 +4,7 @@ scheduler-plugins PodGroup and ElasticQuota."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from gangpreempt.manifests.fields import Fields
 from gangpreempt.manifests.podspec import constraints, pod_requests, requirements, taints
@@ -47,19 +48,16 @@ def pod(namespace: str, name: str, meta: Fields, spec: Fields, status: Fields) -
     ``spec.workloadRef`` / ``spec.schedulingGroup`` by the caller (it needs the Workload)."""
     labels = meta.text_map("labels")
     annotations = meta.text_map("annotations")
-    group = ""
-    for label in POD_GROUP_LABELS:
-        if labels.get(label):
-            group = f"{namespace}/{labels[label]}"
-            break
     phase = status.text("phase", default="")
-    return Pod(
-        namespace=namespace,
-        name=name,
+    return pod_of(
+        namespace,
+        name,
+        labels,
+        annotations,
+        phase,
         requests=pod_requests(spec),
         uid=meta.text("uid", default=""),
         resource_version=str(meta.raw("resourceVersion") or ""),
-        labels=labels,
         node_name=spec.text("nodeName", default=""),
         nominated_node=status.text("nominatedNodeName", default=""),
         priority=spec.integer("priority"),
@@ -69,11 +67,34 @@ def pod(namespace: str, name: str, meta: Fields, spec: Fields, status: Fields) -
         start_time=status.time("startTime"),
         scheduled_at=_scheduled_at(status),
         terminating=meta.time("deletionTimestamp") is not None,
+    )
+
+
+def pod_of(
+    namespace: str,
+    name: str,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    phase: str,
+    **fields: Any,
+) -> Pod:
+    """A pod from the fields read of it (by ``pod`` or ``fastpod``): its gang from the
+    scheduler-plugins labels, its Kueue Workload from the annotation, finished from the
+    phase."""
+    group = ""
+    for label in POD_GROUP_LABELS:
+        if labels.get(label):
+            group = f"{namespace}/{labels[label]}"
+            break
+    kueue = annotations.get(KUEUE_WORKLOAD_ANNOTATION)
+    return Pod(
+        namespace=namespace,
+        name=name,
+        labels=labels,
         finished=phase in ("Succeeded", "Failed"),
         group=group,
-        kueue_workload=f"{namespace}/{kueue}"
-        if (kueue := annotations.get(KUEUE_WORKLOAD_ANNOTATION))
-        else "",
+        kueue_workload=f"{namespace}/{kueue}" if kueue else "",
+        **fields,
     )
 
 
@@ -132,6 +153,7 @@ __all__ = [
     "plugins_pod_group",
     "pod",
     "pod_disruption_budget",
+    "pod_of",
 ]
 
 

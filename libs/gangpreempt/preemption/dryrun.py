@@ -27,16 +27,6 @@ I64 = npt.NDArray[np.int64]
 SHIFT = 2**31
 
 
-def columns(table: UnitTable, resources: tuple[str, ...]) -> NodeColumns:
-    return table.columns_for(resources)
-
-
-def free_rows(cluster: NodeCluster, resources: tuple[str, ...]) -> I64:
-    """Free room of every node (rows in name order), kept current by the cluster."""
-    rows: I64 = cluster.free_rows_of(resources)
-    return rows
-
-
 def allowed_rows(cluster: NodeCluster, scheduling: SchedulingConstraints) -> npt.NDArray[np.bool_]:
     """Which nodes (rows) pods with these selectors, affinity, tolerations admit."""
     key = msgspec.json.encode(scheduling)
@@ -99,12 +89,12 @@ def dry_run(
     demand = cluster.demand(pod)
     resources = tuple(sorted(r for r, v in demand.items() if v > 0))
     need = np.array([demand[r] for r in resources], dtype=np.int64)
-    cols = columns(table, resources)
+    cols = table.columns_for(resources)
     if cols.index.shape[1] == 0:
         return None, 0
     takeable = _takeable(table, cols, resources, priority, exclude)
     mask = takeable.mask
-    freed_all = free_rows(cluster, resources) + takeable.freed
+    freed_all = cluster.free_rows_of(resources) + takeable.freed
     potential = allowed_rows(cluster, pod.scheduling) & takeable.any
     rows = np.flatnonzero(potential & (freed_all >= need).all(axis=1))[:limit]
     if len(rows) == 0:
@@ -145,4 +135,4 @@ def _unit(cols: NodeColumns, slot: int) -> Unit:
     return unit
 
 
-__all__ = ["NodeColumns", "Takeable", "allowed_rows", "columns", "dry_run", "free_rows"]
+__all__ = ["NodeColumns", "Takeable", "allowed_rows", "dry_run"]

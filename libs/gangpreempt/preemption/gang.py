@@ -26,7 +26,7 @@ from gangpreempt.placement.cluster import NodeView
 from gangpreempt.placement.fit import fits, take
 from gangpreempt.placement.gang import Free, Shape, copy_free, place
 from gangpreempt.preemption.columns import NodeColumns
-from gangpreempt.preemption.dryrun import Takeable, allowed_rows, columns, free_rows
+from gangpreempt.preemption.dryrun import Takeable, allowed_rows
 from gangpreempt.preemption.single import victim_score
 from gangpreempt.preemption.units import Unit, UnitTable
 
@@ -197,7 +197,7 @@ class GangSearch:
 
     def _room_in_pods(self, shape: Shape, base: Free, units: Sequence[Unit]) -> int:
         resources = tuple(sorted(r for r, v in shape.demand.items() if v > 0))
-        cols = columns(self.table, resources)
+        cols = self.table.columns_for(resources)
         rows = self._base_rows.get(resources)
         if rows is None:
             nodes = self.table.cluster.nodes
@@ -438,8 +438,8 @@ class ColumnSearch:
         self.shape = shape
         self.resources = tuple(sorted(shape.demand))
         self.need = np.array([shape.demand[r] for r in self.resources], dtype=np.int64)
-        self.cols: NodeColumns = columns(table, self.resources)
-        base = free_rows(cluster, self.resources)
+        self.cols: NodeColumns = table.columns_for(self.resources)
+        base = cluster.free_rows_of(self.resources)
         if search.nominated:
             base = base.copy()
             for name, taken in search.nominated.items():

@@ -214,7 +214,7 @@ class UnitTable:
             self.nodes_of[unit.ref] = list(here.items())
         guarded, timed = self._guards(unit)
         for priority, refs in self._eligible.items():
-            if unit.priority < priority and self.refusal(unit, priority) is None:
+            if self.refusal(unit, priority) is None:  # it checks the priority first
                 refs.add(unit.ref)
         pdbs = self.cluster.state.pdbs
         if pdbs:
@@ -340,8 +340,7 @@ class UnitTable:
             guarded = self.slot_data.guarded[:n]
             mask = below & ~guarded
             for slot in np.flatnonzero(below & guarded):
-                unit = self.slots[slot]
-                mask[slot] = unit is not None and self.refusal(unit, priority) is None
+                mask[slot] = self._eligible_slot(int(slot), priority)
             self.eligible_masks[priority] = mask
         return mask
 
