@@ -51,6 +51,7 @@ class KubeSource:
         self.differ = Differ()
         self.cache = ObjectCache(ORIGIN)  # an object is decoded again only when it changed
         self.rejected: set[str] = set()
+        self.warnings: set[str] = set()
         self.served: Served = {}
         self.published = asyncio.Event()  # the first full state is out
         self.decode_seconds = 0.0  # how long the last decode took
@@ -78,9 +79,14 @@ class KubeSource:
     def _decode(self, objects: list[Any], everything: bool) -> tuple[list[Any], list[Key]]:
         loaded = self.cache.load(objects)
         rejected = set(loaded.rejected)
-        for error in sorted(rejected - self.rejected):
+        warnings = set(loaded.warnings)
+        # New ones at once; all of them again at each full relist, so an object that
+        # cannot be read stays visible in the logs until it is fixed.
+        for error in sorted(rejected if everything else rejected - self.rejected):
             log.error("object rejected; left out of the state", error=error)
-        self.rejected = rejected
+        for warning in sorted(warnings if everything else warnings - self.warnings):
+            log.warning("object read with a warning", warning=warning)
+        self.rejected, self.warnings = rejected, warnings
         return self.differ.diff(loaded.state, everything=everything)
 
     async def decode(self, everything: bool) -> tuple[list[Any], list[Key]]:

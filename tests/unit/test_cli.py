@@ -140,7 +140,8 @@ def test_a_quantity_beyond_the_arithmetic_exits_2_naming_it(tmp_path: Path) -> N
         (["--workload", "Workload/default"], "expected KIND/NAMESPACE/NAME"),
         (["--workload", "Workload/default/nope"], "Workload default/nope not found"),
         (["--workload", "Workload/default/low"], "is not pending"),
-        (["--workload", "Job/default/low"], "kind 'Job' is not supported"),
+        (["--workload", "Deployment/default/low"], "kind 'Deployment' is not supported"),
+        (["--workload", "Job/default/low"], "Job default/low not found in the manifests"),
         (["--now", "yesterday"], "--now: expected an RFC 3339 time"),
     ],
 )
@@ -151,13 +152,13 @@ def test_bad_arguments_exit_2(args: list[str], message: str) -> None:
 
 
 def test_unknown_kinds_warn_on_stderr(tmp_path: Path) -> None:
-    (tmp_path / "job.yaml").write_text(
-        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, namespace: default}\n"
+    (tmp_path / "deploy.yaml").write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: j, namespace: default}\n"
     )
     code, _out, err = run("plan", "-f", str(tmp_path), "-o", "json")
     assert code == 0
     assert err.count("warning:") == 1
-    assert "unsupported kind Job" in err
+    assert "unsupported kind Deployment" in err
 
 
 def test_console_script_is_installed() -> None:

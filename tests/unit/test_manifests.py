@@ -143,7 +143,8 @@ items:
     loaded = load([write(tmp_path, "list.yaml", text)])
     assert "spot" in loaded.state.flavors
     assert len(loaded.warnings) == 2
-    assert any("2 objects of unsupported kind Job (batch/v1)" in w for w in loaded.warnings)
+    assert any("2 Job objects without a kueue.x-k8s.io/queue-name" in w for w in loaded.warnings)
+    assert any("1 object of unsupported kind ConfigMap (v1)" in w for w in loaded.warnings)
 
 
 def test_folder_is_read_recursively(tmp_path: Path) -> None:

@@ -62,8 +62,21 @@ status:
 """
 
 
+CLASSES = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: low}
+value: 10
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+"""
+
+
 def test_node_and_pod_fields(tmp_path: Path) -> None:
-    state = load([write(tmp_path, NODE + "---" + POD)]).state
+    state = load([write(tmp_path, NODE + "---" + POD + "---" + CLASSES)]).state
     node = state.nodes["gpu-1"]
     assert node.allocatable["nvidia.com/gpu"] == 8
     assert node.unschedulable
@@ -101,7 +114,9 @@ value: 8000
     assert pc.toleration_seconds == 600
 
 
-def test_bad_toleration_annotation_names_the_annotation(tmp_path: Path) -> None:
+def test_bad_toleration_annotation_is_no_toleration_with_a_warning(tmp_path: Path) -> None:
+    """As the Preemption Toleration plugin reads it: an unreadable policy tolerates
+    nothing; the class is kept, and the warning names it, the annotation and the line."""
     text = """
 apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
@@ -111,12 +126,13 @@ metadata:
     preemption-toleration.scheduling.x-k8s.io/toleration-seconds: "ten"
 value: 8000
 """
-    with pytest.raises(ManifestError) as err:
-        load([write(tmp_path, text)])
-    message = str(err.value)
+    loaded = load([write(tmp_path, text)])
+    pc = loaded.state.priority_classes["low"]
+    assert (pc.value, pc.minimum_preemptable_priority, pc.toleration_seconds) == (8000, None, None)
+    [message] = loaded.warnings
     assert "PriorityClass low" in message
     assert "toleration-seconds" in message
-    assert "line" in message
+    assert "no toleration" in message
 
 
 GANG_SHAPES = """
@@ -172,7 +188,7 @@ spec: {minMember: 5}
 
 
 def test_gang_shapes(tmp_path: Path) -> None:
-    state = load([write(tmp_path, GANG_SHAPES)]).state
+    state = load([write(tmp_path, GANG_SHAPES + "---" + CLASSES)]).state
     replica = state.pod_groups["ml/old-workers-1"]
     assert replica.min_count == 2
     assert replica.priority_class_name == "high"
@@ -293,12 +309,33 @@ spec:
     assert "below the scheduling priority" in message
 
 
-def test_unknown_priority_class_names_the_pod(tmp_path: Path) -> None:
-    text = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ml}\n"
+def test_unknown_priority_class_leaves_the_pod_out_naming_file_and_line(
+    tmp_path: Path,
+) -> None:
+    """The API server would not take such a pod: it is reported, with the file and the
+    line of the pod, and left out; the rest is read (and decided)."""
+    text = "apiVersion: v1\nkind: Pod\nmetadata: {name: ok, namespace: ml}\n"
+    text += "spec: {containers: [{name: c}]}\n---\n"
+    text += "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ml}\n"
     text += "spec: {priorityClassName: nope, containers: [{name: c}]}\n"
-    state = load([write(tmp_path, text)]).state
-    with pytest.raises(InvalidInput, match=r"Pod ml/p: spec.priorityClassName"):
-        NodeCluster(state)
+    path = write(tmp_path, text)
+    loaded = load([path])
+    assert sorted(loaded.state.pods) == ["ml/ok"]
+    assert loaded.rejected == [
+        f"{path}: document 2 (line 6): Pod ml/p: spec.priorityClassName: "
+        "PriorityClass 'nope' not found; Pod ml/p is left out"
+    ]
+    NodeCluster(loaded.state)  # what is left is decided
+
+
+def test_unknown_priority_class_of_a_pod_group_leaves_it_out_with_its_pods(
+    tmp_path: Path,
+) -> None:
+    text = GANG_SHAPES.replace("priorityClassName: high", "priorityClassName: nosuch")
+    loaded = load([write(tmp_path, text)])
+    assert "ml/old-workers-1" not in loaded.state.pod_groups
+    assert "ml/old-0" not in loaded.state.pods
+    assert any("PodGroup ml/old-workers-1" in r and "'nosuch'" in r for r in loaded.rejected)
 
 
 def test_a_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:

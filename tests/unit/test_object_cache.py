@@ -120,3 +120,41 @@ def test_a_gang_joins_across_cached_and_new_objects() -> None:
     assert cache.decoded == 1
     assert second.state.pods["a/p1"].group == "a/w-workers"
     assert second.state.pod_groups["a/w-workers"].min_count == 2
+
+
+def test_a_live_clusters_unreadable_toleration_policy_is_kept_with_a_warning() -> None:
+    """One typo on one PriorityClass of a live cluster: the class is read without a
+    toleration (as the plugin does), said in a warning each load, and the pods that use
+    it are read; a pod that cannot be read at all is left out, the rest is read."""
+    bad_class = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": "low",
+            "resourceVersion": "1",
+            "annotations": {
+                "preemption-toleration.scheduling.x-k8s.io/minimum-preemptable-priority": "1k"
+            },
+        },
+        "value": 10,
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml", "resourceVersion": "2"},
+        "spec": {"priorityClassName": "low", "containers": [{"name": "c"}]},
+    }
+    broken = copy.deepcopy(pod)
+    broken["metadata"]["name"] = "q"
+    broken["spec"]["containers"] = "none"
+    cache = ObjectCache("kubernetes")
+    for _ in range(2):  # the second load takes the class from the cache: still said
+        loaded = cache.load(keyed([bad_class, pod, broken]))
+        assert loaded.state.priority_classes["low"].minimum_preemptable_priority is None
+        assert sorted(loaded.state.pods) == ["ml/p"]
+        [warning] = loaded.warnings
+        assert "PriorityClass low" in warning
+        assert "minimum-preemptable-priority" in warning
+        [rejected] = loaded.rejected
+        assert "Pod ml/q" in rejected
+        assert "spec.containers" in rejected

@@ -106,8 +106,12 @@ def plan(
     try:
         clock = _now(now)
         loaded = load(list(paths))
+        for note in loaded.notes:
+            click.echo(f"note: {note}", err=True)
         for warning in [*loaded.warnings, *state_warnings(loaded.state)]:
             click.echo(f"warning: {warning}", err=True)
+        for error in loaded.rejected:
+            click.echo(f"error: {error}", err=True)
         with paused():  # one build of everything: no cyclic collection in the middle
             result = make_plan(loaded.state, clock, workload, priority_search=priority_search)
     except InvalidInput as exc:
@@ -117,6 +121,11 @@ def plan(
         click.echo(msgspec.json.format(msgspec.json.encode(result), indent=2).decode())
     else:
         print_table(result)
+    if loaded.rejected:
+        # The rest was decided; the exit status says that something was left out.
+        left = len(loaded.rejected)
+        click.echo(f"error: {left} object{'' if left == 1 else 's'} left out (see above)", err=True)
+        sys.exit(EXIT_INVALID)
 
 
 def _service_options(f: Any) -> Any:

@@ -16,7 +16,7 @@ from gangpreempt.model.quantity import MAX_AMOUNT, QuantityError, format_amount,
 class Where:
     """Which object of which document of which file is being read."""
 
-    __slots__ = ("document", "file", "obj", "prefix")
+    __slots__ = ("document", "file", "line", "obj", "prefix")
 
     def __init__(
         self, file: str, document: int | None, obj: str | None = None, prefix: str = ""
@@ -25,6 +25,7 @@ class Where:
         self.document = document
         self.obj = obj
         self.prefix = prefix
+        self.line: int | None = None  # the object's first line, when known
 
     def error(
         self, path: str, message: str, container: Any = None, key: Any = None

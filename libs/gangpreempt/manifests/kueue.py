@@ -273,7 +273,18 @@ def workload(meta: Fields, namespace: str, name: str, spec: Fields, status: Fiel
         conditions=_conditions(status),
         active=spec.flag("active", True),
         reclaimable_pods=_reclaimable(status),
+        owner=_owner(meta, namespace),
     )
+
+
+def _owner(meta: Fields, namespace: str) -> str:
+    """``Kind/namespace/name`` of the controlling owner reference (else the first)."""
+    refs = list(meta.maps("ownerReferences"))
+    chosen = next((r for r in refs if r.raw("controller") is True), refs[0] if refs else None)
+    if chosen is None:
+        return ""
+    kind, name = chosen.opt_text("kind"), chosen.opt_text("name")
+    return f"{kind}/{namespace}/{name}" if kind and name else ""
 
 
 def _reclaimable(status: Fields) -> dict[str, int]:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from gangpreempt.collecting import paused
 from gangpreempt.errors import ManifestError
-from gangpreempt.manifests import core, kueue, nodes
+from gangpreempt.manifests import core, integrations, kueue, nodes
+from gangpreempt.manifests.deriving import Derived, KueuePod, derive_pods, derive_submitted
 from gangpreempt.manifests.fastpod import fast_pod
 from gangpreempt.manifests.fields import Fields, Where, describe
 from gangpreempt.manifests.yamlio import (
@@ -21,6 +25,11 @@ from gangpreempt.manifests.yamlio import (
 )
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import UNIT_GROUP, PodGroup
+from gangpreempt.model.workloads import WORKLOAD_PRIORITY_CLASS
+
+TIMELINE = "timeline.yaml"  # a scenario's timeline (ingest's sim plays it), not manifests
+# The letters Kubernetes draws generated name suffixes from.
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 KUEUE_VERSIONS = ("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1alpha1")
 CLUSTER_SCOPED = {
@@ -39,8 +48,14 @@ GANG_API_BETA = "scheduling.k8s.io/v1beta"
 class Loaded(msgspec.Struct):
     state: ClusterState
     warnings: list[str]
-    # Objects left out (with load_objects): their error, naming the object and the field.
+    # Objects left out: their error, naming the object and the field (and, from files,
+    # the file and line).
     rejected: list[str] = msgspec.field(default_factory=list)
+    # What the reader did that is worth saying but is no problem (names it generated,
+    # files it left out, Workloads it derived).
+    notes: list[str] = msgspec.field(default_factory=list)
+    # Derived Workload key -> the object it was derived from (Job/ns/name, ...).
+    owners: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class _Reader:
@@ -55,29 +70,151 @@ class _Reader:
         self._workload_refs: dict[str, tuple[str, str, str]] = {}
         # scheduling.k8s.io PodGroups made from a template: key -> (workload, template).
         self._template_refs: dict[str, tuple[str, str]] = {}
+        self.notes: list[str] = []
+        self.rejected: list[str] = []
+        # What Kueue's integrations manage, made into Workloads once all is read.
+        self._submitted: list[integrations.Submitted] = []
+        self._kueue_pods: list[KueuePod] = []
+        self._unqueued: dict[str, list[Any]] = {}  # kind -> [count, first location]
+        self._generated: set[str] = set()
+        # Where each object was read (the lined reading only): (id(table), key) -> text.
+        self._located: dict[tuple[int, str], str] = {}
 
     def read(self, paths: Sequence[str]) -> Loaded:
         for path in paths:
             for file in yaml_files(path):
+                if _is_timeline(path, file):
+                    self.notes.append(
+                        f"{file}: left out: a scenario's timeline (what the sim cluster of "
+                        "`gangpreempt up` plays), not manifests"
+                    )
+                    continue
                 for number, doc in (fast_documents if self.fast else documents)(file):
                     if doc is None:
                         continue
                     self._object(doc, Where(file, number), None, "")
-        self._join_gangs()
+        derived = self._finish()
+        if self.fast and derived.rejected:
+            raise NotFast("an object is left out: read again for its lines")
+        self._check_classes()
         for (api_version, kind), (count, first) in sorted(self._skipped.items()):
             objects = "object" if count == 1 else "objects"
             self.warnings.append(
                 f"{first}: skipped {count} {objects} of unsupported kind {kind} ({api_version})"
             )
-        return Loaded(self.state, self.warnings)
+        return Loaded(
+            self.state,
+            self.warnings,
+            [*derived.rejected, *self.rejected],
+            self.notes,
+            derived.owners,
+        )
 
     def finish_objects(self, origin: str, rejected: list[str]) -> Loaded:
         """The state of API objects read one by one (see ``manifests.objects``)."""
-        self._join_gangs()
+        derived = self._finish()
         skipped = sorted(f"{kind} ({api_version})" for api_version, kind in self._skipped)
         if skipped:
             self.warnings.append(f"{origin}: skipped unsupported kinds: {', '.join(skipped)}")
-        return Loaded(self.state, self.warnings, rejected)
+        return Loaded(
+            self.state, self.warnings, [*rejected, *derived.rejected], self.notes, derived.owners
+        )
+
+    def _finish(self) -> Derived:
+        """Everything that joins objects once all are read: the Workloads Kueue would
+        create for submitted objects, then gang membership."""
+        derived = Derived(warnings=self.warnings)
+        derive_submitted(self.state, self._submitted, derived)
+        derive_pods(self.state, self._kueue_pods, derived)
+        for key, owner in sorted(derived.owners.items()):
+            self.notes.append(f"{owner}: Kueue's Workload derived as Workload/{key}")
+        for kind, (count, first) in sorted(self._unqueued.items()):
+            objects = "object" if count == 1 else "objects"
+            self.warnings.append(
+                f"{first}: skipped {count} {kind} {objects} without a "
+                f"{integrations.QUEUE_LABEL} label: Kueue does not manage them (their pods "
+                "are read when they are in the input)"
+            )
+        self._join_gangs()
+        return derived
+
+    # -- names ------------------------------------------------------------------------------
+
+    def _name(self, meta: Fields, kind: str, namespace: str, where: Where) -> str:
+        """``metadata.name``, or for an object with only ``generateName`` a name made as
+        the API server makes one (five letters after the prefix), the same on every run:
+        drawn from the object's kind, namespace, prefix, file name and place in it."""
+        name = meta.opt_text("name")
+        if name is not None:
+            return name
+        stem = meta.opt_text("generateName")
+        if stem is None:
+            meta.fail("name", "required field is missing (and there is no generateName)")
+        seed = "\0".join(
+            (kind, namespace, stem, os.path.basename(where.file), str(where.document), where.prefix)
+        )
+        attempt, generated = 0, ""
+        while not generated or f"{kind}/{namespace}/{generated}" in self._generated:
+            digest = hashlib.sha256(f"{seed}\0{attempt}".encode()).digest()
+            generated = stem + "".join(_NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:5])
+            attempt += 1
+        self._generated.add(f"{kind}/{namespace}/{generated}")
+        place = f"document {where.document}" if where.document else where.prefix or "object"
+        self.notes.append(
+            f"{where.file}: {place}: {kind} with generateName {stem!r} named {generated}"
+        )
+        return generated
+
+    # -- cross-object references -------------------------------------------------------------
+
+    def _check_classes(self) -> None:
+        """Objects whose priority comes from a class that is not in the input are left out
+        (the API server would not have taken them) and reported with their file and
+        line; the rest is decided. The fast reading has no lines: it reads again."""
+        st = self.state
+        missing: list[tuple[dict[str, Any], str, str, str]] = []
+        for key, pod in st.pods.items():
+            name = pod.priority_class_name
+            if pod.priority is None and name and name not in st.priority_classes:
+                what = f"PriorityClass {name!r}"
+                missing.append((st.pods, key, "spec.priorityClassName", what))
+        for key, pg in st.pod_groups.items():
+            for field, name in (
+                ("spec.priorityClassName", pg.priority_class_name),
+                ("spec.preemptionPriorityClassName", pg.preemption_priority_class_name),
+            ):
+                if name and name not in st.priority_classes:
+                    missing.append((st.pod_groups, key, field, f"PriorityClass {name!r}"))
+                    break
+        for key, wl in st.workloads.items():
+            ref = wl.priority_class
+            if wl.priority is not None or ref is None:
+                continue
+            if ref.kind == WORKLOAD_PRIORITY_CLASS:
+                if ref.name not in st.workload_priority_classes:
+                    what = f"WorkloadPriorityClass {ref.name!r}"
+                    missing.append((st.workloads, key, "spec.priorityClassName", what))
+            elif ref.name not in st.priority_classes:
+                what = f"PriorityClass {ref.name!r}"
+                missing.append((st.workloads, key, "spec.priorityClassName", what))
+        if not missing:
+            return
+        if self.fast:
+            raise NotFast("a class is missing: read again for the lines")
+        for table, key, field, what in missing:
+            if key not in table:
+                continue
+            where = self._located.get((id(table), key), "")
+            kinds = {id(st.pods): "Pod", id(st.pod_groups): "PodGroup"}
+            obj = f"{kinds.get(id(table), 'Workload')} {key}"
+            self.rejected.append(
+                f"{where}{obj}: {field}: {what} not found; {obj} is left out"
+                + (" with its pods" if table is st.pod_groups else "")
+            )
+            del table[key]
+            if table is st.pod_groups:
+                for pod_key in [k for k, p in st.pods.items() if p.group == key]:
+                    del st.pods[pod_key]
 
     def _object(self, doc: Any, where: Where, container: Any, key: Any) -> None:
         prefix = where.prefix
@@ -106,12 +243,34 @@ class _Reader:
             return
         meta = top.map("metadata", required=True)
         assert meta is not None
-        name = meta.text("name", required=True)
+        where.line = (
+            line_of(container, key) if container is not None else getattr(doc, "line", None)
+        )
         namespace = meta.text("namespace", default="default")
+        name = self._name(meta, kind, namespace, where)
         where.obj = f"{kind} {name}" if kind in CLUSTER_SCOPED else f"{kind} {namespace}/{name}"
         spec = top.map_or_empty("spec")
         st = self.state
 
+        if (api_version, kind) in integrations.INTEGRATIONS:
+            queue = integrations.queue_name(meta)
+            if queue is None:
+                entry = self._unqueued.setdefault(kind, [0, _location(where).rstrip(": ")])
+                entry[0] += 1
+                return
+            self._submitted.append(
+                integrations.submitted(
+                    kind,
+                    meta,
+                    namespace,
+                    name,
+                    spec,
+                    top.map_or_empty("status"),
+                    queue,
+                    _location(where) + where.obj,
+                )
+            )
+            return
         if api_version in KUEUE_VERSIONS:
             if kind == "ClusterQueue":
                 self._put(st.cluster_queues, name, kueue.cluster_queue(name, spec), where)
@@ -136,7 +295,12 @@ class _Reader:
                 self._put(st.workloads, wl.key, wl, where)
                 return
         elif api_version == "scheduling.k8s.io/v1" and kind == "PriorityClass":
-            self._put(st.priority_classes, name, core.priority_class(name, top), where)
+            self._put(
+                st.priority_classes,
+                name,
+                core.priority_class(name, top, self.warnings.append),
+                where,
+            )
             return
         elif api_version == "v1" and kind in ("Node", "Pod"):
             status = top.map_or_empty("status")
@@ -159,6 +323,19 @@ class _Reader:
                     pod, group=f"{namespace}/{group.text('podGroupName', required=True)}"
                 )
             self._put(st.pods, pod.key, pod, where)
+            queue = integrations.queue_name(meta)
+            if queue is not None and not pod.kueue_workload:
+                annotations = meta.text_map("annotations")
+                self._kueue_pods.append(
+                    KueuePod(
+                        key=pod.key,
+                        queue=queue,
+                        group=pod.labels.get(integrations.POD_GROUP_LABEL, ""),
+                        total=annotations.get(integrations.POD_GROUP_TOTAL),
+                        priority_label=pod.labels.get(integrations.PRIORITY_LABEL, ""),
+                        location=_location(where) + where.obj,
+                    )
+                )
             return
         elif api_version == "policy/v1" and kind == "PodDisruptionBudget":
             status = top.map_or_empty("status")
@@ -272,6 +449,10 @@ class _Reader:
             return False
         if spec.get("workloadRef") is not None or spec.get("schedulingGroup") is not None:
             return False
+        for key in ("labels", "annotations"):
+            texts = meta.get(key)
+            if type(texts) is dict and integrations.QUEUE_LABEL in texts:
+                return False  # Kueue manages it: read by the general path
         pod = fast_pod(namespace, name, meta, spec, status)
         if pod is None or pod.key in self.state.pods:
             return False  # read it the general way (a duplicate is reported there)
@@ -285,6 +466,29 @@ class _Reader:
                 f"{where.file}: {place}: defined more than once; the last definition wins"
             )
         table[key] = value
+        if not self.fast:
+            self._located[(id(table), key)] = _location(where)
+
+
+def _location(where: Where) -> str:
+    """``FILE: document N (line L): `` for messages about an object."""
+    text = f"{where.file}: "
+    if where.document:
+        text += f"document {where.document}"
+        line = where.line
+        if line is not None:
+            text += f" (line {line})"
+        text += ": "
+    return text
+
+
+def _is_timeline(path: str, file: str) -> bool:
+    """A scenario's ``timeline.yaml`` at the top of a folder given with ``-f``."""
+    return (
+        os.path.basename(file) == TIMELINE
+        and Path(path).is_dir()
+        and Path(file).parent == Path(path)
+    )
 
 
 def load(paths: Sequence[str]) -> Loaded:
@@ -306,6 +510,8 @@ def load(paths: Sequence[str]) -> Loaded:
 
 def reads(api_version: str, kind: str) -> bool:
     """Whether objects of this ``apiVersion`` and ``kind`` are read (not skipped)."""
+    if (api_version, kind) in integrations.INTEGRATIONS:
+        return True
     if api_version in KUEUE_VERSIONS:
         return kind in (
             "ClusterQueue",

@@ -27,6 +27,7 @@ class _Piece(NamedTuple):
     workload_refs: dict[Any, Any]
     template_refs: dict[Any, Any]
     skipped: dict[Any, Any]
+    warnings: tuple[str, ...]  # what was read as "not set" (e.g. a bad toleration policy)
 
 
 def _read_one(origin: str, obj: Mapping[str, Any]) -> _Piece | str:
@@ -44,6 +45,7 @@ def _read_one(origin: str, obj: Mapping[str, Any]) -> _Piece | str:
         reader._workload_refs,
         reader._template_refs,
         reader._skipped,
+        tuple(reader.warnings),
     )
 
 
@@ -54,6 +56,7 @@ def _merge(reader: _Reader, origin: str, piece: _Piece) -> None:
     reader._templates.update(piece.templates)
     reader._workload_refs.update(piece.workload_refs)
     reader._template_refs.update(piece.template_refs)
+    reader.warnings.extend(piece.warnings)
     for kind, (count, first) in piece.skipped.items():
         entry = reader._skipped.setdefault(kind, [0, first])
         entry[0] += count

@@ -70,6 +70,9 @@ class Workload(msgspec.Struct, frozen=True):
     conditions: tuple[Condition, ...] = ()
     active: bool = True
     reclaimable_pods: dict[str, Count] = msgspec.field(default_factory=dict)
+    # The object Kueue made it for (``Job/ns/name``, ``Pod/ns/name``, ...): its
+    # controlling owner reference, or the submitted object it was derived from.
+    owner: str = ""
 
     @property
     def key(self) -> str:

@@ -3,7 +3,7 @@ victim search when the assignment needs preemption."""
 
 from __future__ import annotations
 
-from gangpreempt.model.queues import ANY
+from gangpreempt.model.queues import ANY, NEVER
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim, plural
 from gangpreempt.preemption.candidates import IN_CLUSTER_QUEUE, Request
 from gangpreempt.preemption.classical import Target
@@ -136,6 +136,7 @@ def decision(ev: Evaluation, override: str | None = None) -> Decision:
         message = "needs preemption, but no workload is allowed to be preempted"
         if detail:
             message += f" ({detail})"
+        message += f": {_what_would_preempt(ev)}"
     else:
         outcome = PENDING
         message = ev.assignment.message() or "does not fit"
@@ -149,6 +150,32 @@ def decision(ev: Evaluation, override: str | None = None) -> Decision:
         victims=victims,
         placement={},
         message=message,
+    )
+
+
+def _what_would_preempt(ev: Evaluation) -> str:
+    """What would have to change for the workload to preempt (its queue's policy, or
+    the priorities of the workloads that hold the quota)."""
+    policy = ev.cq.spec.preemption
+    in_cohort = ev.cq.spec.cohort is not None
+    changes = []
+    if policy.within_cluster_queue == NEVER:
+        changes.append(
+            "withinClusterQueue is Never (the default): set LowerPriority to let it "
+            f"preempt in ClusterQueue {ev.cq.name}"
+        )
+    if in_cohort and policy.reclaim_within_cohort == NEVER:
+        changes.append(
+            "reclaimWithinCohort is Never (the default): set LowerPriority or Any to let "
+            "it reclaim quota lent to the cohort"
+        )
+    if changes:
+        return "; ".join(changes)
+    where = "its ClusterQueue or the cohort" if in_cohort else f"ClusterQueue {ev.cq.name}"
+    return (
+        f"every workload holding the quota it needs in {where} has a priority the policy "
+        f"protects (withinClusterQueue {policy.within_cluster_queue}, reclaimWithinCohort "
+        f"{policy.reclaim_within_cohort}); it waits for quota to free up"
     )
 
 

@@ -18,7 +18,7 @@ class Victim(msgspec.Struct):
     evicting: bool = False
 
 
-class Decision(msgspec.Struct):
+class Decision(msgspec.Struct, omit_defaults=True):
     preemptor: str
     queue: str
     mode: str
@@ -28,6 +28,9 @@ class Decision(msgspec.Struct):
     victims: list[Victim]
     placement: dict[str, str]
     message: str
+    # For a Workload derived from what a user submitted (a Job, a plain Pod, ...): that
+    # object (``Job/ns/name``); empty otherwise.
+    owner: str = ""
 
 
 class Plan(msgspec.Struct):

@@ -5,16 +5,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
+import msgspec
+
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning.cycle import admission_pass
 from gangpreempt.planning.deciding import decision, evaluate, not_considered, unavailable
-from gangpreempt.planning.decisions import Plan
+from gangpreempt.planning.decisions import Decision, Plan
 from gangpreempt.planning.nodeplan import NodePlanner, is_node_level, node_decisions, with_nodes
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import Snapshot
 
-SUPPORTED_KINDS = ("Workload", "PodGroup", "Pod")
+# What --workload names: a Kueue Workload, a node-level gang or pod, or an object
+# Kueue's integrations make a Workload for (that Workload is evaluated).
+SUPPORTED_KINDS = ("Workload", "PodGroup", "Pod", "Job", "JobSet", "PyTorchJob")
+SUBMITTED_KINDS = ("Job", "JobSet", "PyTorchJob")
+NO_NODES = (
+    "no Nodes in the input: give the cluster's Nodes (kubectl get nodes -o yaml) to "
+    "decide it on nodes"
+)
 
 
 def rfc3339(dt: datetime) -> str:
@@ -81,12 +90,17 @@ def _plan(
         if state.pods:
             planner = NodePlanner(state, now, priority_search)
             planner.promised.update(promised_refs(excluded))
-            decisions = with_nodes(planner, decisions) + node_decisions(planner)
-        return Plan(now=rfc3339(now), decisions=decisions)
+            if state.nodes:
+                decisions = with_nodes(planner, decisions) + node_decisions(planner)
+            else:
+                decisions += _no_nodes(node_decisions(planner))
+        return Plan(now=rfc3339(now), decisions=_owned(state, decisions))
+    workload = _submitted_workload(state, workload)
     _kind, namespace, name = parse_object_ref(workload)
     if is_node_level(state, workload):
         planner = NodePlanner(state, now, priority_search)
-        return Plan(now=rfc3339(now), decisions=[planner.decide(planner.resolve(workload))])
+        decided = [planner.decide(planner.resolve(workload))]
+        return Plan(now=rfc3339(now), decisions=decided if state.nodes else _no_nodes(decided))
     wl = state.workloads.get(f"{namespace}/{name}")
     if wl is None:
         raise InvalidInput(f"--workload: Workload {namespace}/{name} not found in the manifests")
@@ -101,11 +115,53 @@ def _plan(
     if reason is not None:
         return Plan(now=rfc3339(now), decisions=[not_considered(pending, reason)])
     d = decision(evaluate(snapshot, pending))
-    if state.pods:
+    if state.pods and state.nodes:
         planner = NodePlanner(state, now, priority_search)
         planner.promised.update(promised_refs(excluded))
         d = planner.compose(d)
-    return Plan(now=rfc3339(now), decisions=[d])
+    return Plan(now=rfc3339(now), decisions=_owned(state, [d]))
+
+
+def _submitted_workload(state: ClusterState, ref: str) -> str:
+    """``--workload`` naming what a user submitted (a Job, JobSet, PyTorchJob, or a Pod
+    Kueue manages) means the Workload Kueue makes for it; other refs stay."""
+    kind, namespace, name = parse_object_ref(ref)
+    if kind == "Pod":
+        pod = state.pods.get(f"{namespace}/{name}")
+        if pod is not None and pod.kueue_workload in state.workloads:
+            return f"Workload/{pod.kueue_workload}"
+        return ref
+    if kind not in SUBMITTED_KINDS:
+        return ref
+    owned = sorted(
+        (wl for wl in state.workloads.values() if wl.owner == ref),
+        key=lambda wl: (not wl.is_pending, wl.key),
+    )
+    if not owned:
+        raise InvalidInput(
+            f"--workload: {kind} {namespace}/{name} not found in the manifests (or it has no "
+            "kueue.x-k8s.io/queue-name label, or it was left out: see the errors above)"
+        )
+    return owned[0].ref
+
+
+def _owned(state: ClusterState, decisions: list[Decision]) -> list[Decision]:
+    """Each decision about a Workload derived from a submitted object names that object."""
+    out = []
+    for d in decisions:
+        wl = (
+            state.workloads.get(d.preemptor.removeprefix("Workload/"))
+            if d.preemptor.startswith("Workload/")
+            else None
+        )
+        out.append(msgspec.structs.replace(d, owner=wl.owner) if wl and wl.owner else d)
+    return out
+
+
+def _no_nodes(decisions: list[Decision]) -> list[Decision]:
+    """Node-level decisions on an input without Nodes say so (Kueue's Workloads were
+    decided on quota alone, as Kueue does without topology-aware scheduling)."""
+    return [msgspec.structs.replace(d, message=NO_NODES) for d in decisions]
 
 
 def state_warnings(state: ClusterState) -> list[str]:
