@@ -20,6 +20,11 @@ from gangpreempt.model.workloads import (
 )
 
 
+# The most pods made for one submitted object's node check (they are real objects in
+# memory): a larger one is left out when the input has Nodes.
+MAX_SYNTHESIZED_PODS = 20_000
+
+
 @dataclass(frozen=True)
 class KueuePod:
     """A plain Pod with a queue name, as read (its Workload is derived later)."""
@@ -110,6 +115,13 @@ def derive_submitted(state: ClusterState, submitted: list[Submitted], out: Deriv
             out.rejected.append(
                 f"{s.location}: {s.priority_field}: {missing}; {s.ref} is left out "
                 "(Kueue creates no Workload for it)"
+            )
+            continue
+        pods = sum(ps.count for ps in s.pod_sets)
+        if state.nodes and pods > MAX_SYNTHESIZED_PODS:
+            out.rejected.append(
+                f"{s.location}: {s.ref} has {pods} pods, more than gangpreempt places on "
+                f"nodes for one object ({MAX_SYNTHESIZED_PODS}); left out"
             )
             continue
         key = f"{s.namespace}/{s.workload_name}"

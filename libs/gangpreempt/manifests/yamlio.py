@@ -120,6 +120,10 @@ def documents(file: str) -> Iterator[tuple[int, Any]]:
         for doc in yaml.load_all(text, Loader=_Loader):
             number += 1
             yield number, doc
+    except RecursionError:
+        raise ManifestError(
+            file, "invalid YAML: nested too deeply to read", document=number + 1
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
