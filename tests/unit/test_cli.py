@@ -154,6 +154,7 @@ def test_bad_arguments_exit_2(args: list[str], message: str) -> None:
 def test_unknown_kinds_warn_on_stderr(tmp_path: Path) -> None:
     (tmp_path / "deploy.yaml").write_text(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: j, namespace: default}\n"
+        "---\napiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: f}\n"
     )
     code, _out, err = run("plan", "-f", str(tmp_path), "-o", "json")
     assert code == 0
@@ -165,3 +166,79 @@ def test_console_script_is_installed() -> None:
     exe = Path(sys.executable).parent / "gangpreempt"
     out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, check=True)
     assert "gangpreempt" in out.stdout
+
+
+def test_narrow_output_is_one_block_per_decision_with_whole_words() -> None:
+    """Piped with COLUMNS=80: no line is wider, and every word of every message is
+    printed whole (the table would split them)."""
+    args = ["plan", "-f", str(ROOT / "examples/saga-demo"), "--now", "2026-01-01T00:00:00Z"]
+    narrow = CliRunner().invoke(cli, args, env={"COLUMNS": "80"})
+    wide = CliRunner().invoke(cli, [*args, "-o", "json"])
+    assert narrow.exit_code == 0
+    lines = narrow.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    words = set(narrow.stdout.split())
+    for d in json.loads(wide.stdout)["decisions"]:
+        for word in d["message"].split():
+            assert word in words, word
+    assert lines[-1] == "3 decisions: 1 Pending, 2 Preempt"
+
+
+def test_wide_output_is_a_table_and_honours_columns() -> None:
+    args = ["plan", "-f", str(ROOT / "examples/quota-demo"), "--now", "2026-01-01T00:00:00Z"]
+    result = CliRunner().invoke(cli, args, env={"COLUMNS": "160"})
+    assert result.exit_code == 0
+    assert "┃ Preemptor" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 160
+
+
+def test_one_decision_is_singular_and_none_is_a_sentence(tmp_path: Path) -> None:
+    code, out, _ = run(
+        "plan",
+        "-f",
+        str(ROOT / "examples/quota-demo"),
+        "--workload",
+        "Workload/default/in",
+        "--now",
+        "2026-01-01T00:00:00Z",
+    )
+    assert code == 0
+    assert out.splitlines()[-1].startswith("1 decision: ")
+    queues = tmp_path / "queues.yaml"
+    queues.write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: f}\n"
+    )
+    code, out, err = run("plan", "-f", str(queues))
+    assert (code, err) == (0, "")
+    assert out.startswith("Nothing is pending")
+    assert "┃" not in out
+
+
+def test_an_empty_input_says_so(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    code, _out, err = run("plan", "-f", str(empty))
+    assert code == 0
+    assert f"warning: no objects gangpreempt reads in {empty}" in err
+
+
+def test_pods_without_nodes_say_what_is_missing(tmp_path: Path) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ml}\n"
+        "spec: {containers: [{name: c, resources: {requests: {cpu: 1}}}]}\n"
+    )
+    code, out, _ = run("plan", "-f", str(pod), "-o", "json")
+    assert code == 0
+    [d] = json.loads(out)["decisions"]
+    assert d["outcome"] == "Pending"
+    assert d["message"].startswith("no Nodes in the input")
+
+
+@pytest.mark.parametrize("command", ["plan", "serve", "up", "provision", "nats-config", None])
+def test_help_ends_with_examples(command: str | None) -> None:
+    result = CliRunner().invoke(cli, [command, "--help"] if command else ["--help"])
+    assert result.exit_code == 0
+    tail = result.stdout.rstrip().split("Examples:")[-1]
+    assert "Examples:" in result.stdout
+    assert tail.count("gangpreempt") >= 2 or "make demo" in tail

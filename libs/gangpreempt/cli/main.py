@@ -6,6 +6,8 @@ import asyncio
 import importlib
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -18,6 +20,7 @@ from gangpreempt.collecting import paused
 from gangpreempt.config import SERVICES, env_name, load_settings
 from gangpreempt.errors import EXIT_INVALID, InvalidInput
 from gangpreempt.manifests import load, parse_time
+from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning import plan as make_plan
 from gangpreempt.planning import state_warnings
 
@@ -51,13 +54,34 @@ class _Commands(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
-@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+def examples(*lines: str) -> str:
+    """A command's ``--help`` ending: its examples, as written (click leaves a
+    paragraph that starts with \\b unwrapped)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+@click.group(
+    cls=_Commands,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=examples(
+        "gangpreempt plan -f examples/quota-demo",
+        "make demo            # gangpreempt up --scenario examples/saga-demo --until-settled",
+        "gangpreempt serve quota --nats-url nats://localhost:4222",
+    ),
+)
 @click.version_option(__version__, prog_name="gangpreempt")
 def cli() -> None:
     """Decide which running workloads to preempt so a pending gang can start."""
 
 
-@cli.command()
+@cli.command(
+    epilog=examples(
+        "gangpreempt plan -f examples/quota-demo",
+        "gangpreempt plan -f cluster/ -f my-job.yaml --workload Job/ml/my-job",
+        "kubectl get clusterqueues,localqueues,workloads,nodes,pods -A -o yaml \\",
+        "  | gangpreempt plan -f - -o json",
+    )
+)
 @click.option(
     "-f",
     "--filename",
@@ -105,14 +129,20 @@ def plan(
     """
     try:
         clock = _now(now)
-        loaded = load(list(paths))
+        with _progress(output, "reading the manifests"):
+            loaded = load(list(paths))
+        if not _has_objects(loaded.state):
+            loaded.warnings.append(
+                f"no objects gangpreempt reads in {', '.join(paths)} (ClusterQueues, "
+                "Workloads, Jobs, Nodes, Pods, ...): nothing to decide"
+            )
         for note in loaded.notes:
             click.echo(f"note: {note}", err=True)
         for warning in [*loaded.warnings, *state_warnings(loaded.state)]:
             click.echo(f"warning: {warning}", err=True)
         for error in loaded.rejected:
             click.echo(f"error: {error}", err=True)
-        with paused():  # one build of everything: no cyclic collection in the middle
+        with paused(), _progress(output, "deciding"):  # no cyclic collection mid-build
             result = make_plan(loaded.state, clock, workload, priority_search=priority_search)
     except InvalidInput as exc:
         click.echo(f"error: {exc}", err=True)
@@ -126,6 +156,23 @@ def plan(
         left = len(loaded.rejected)
         click.echo(f"error: {left} object{'' if left == 1 else 's'} left out (see above)", err=True)
         sys.exit(EXIT_INVALID)
+
+
+def _has_objects(state: ClusterState) -> bool:
+    return any(getattr(state, f.name) for f in msgspec.structs.fields(state))
+
+
+@contextmanager
+def _progress(output: str, what: str) -> Iterator[None]:
+    """A spinner on standard error while a long step runs, on a terminal only and not
+    with ``-o json`` (whose reader wants nothing but the document)."""
+    if output == "json" or not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(f"{what}...", spinner="dots"):
+        yield
 
 
 def _service_options(f: Any) -> Any:
@@ -204,7 +251,13 @@ def _flags(**kwargs: Any) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-@cli.command()
+@cli.command(
+    epilog=examples(
+        "gangpreempt serve quota --nats-url nats://localhost:4222",
+        "GANGPREEMPT_SOURCE=kubernetes gangpreempt serve ingest --kubeconfig ~/.kube/config",
+        "gangpreempt serve actuator --sink kubernetes --pod-eviction eviction",
+    )
+)
 @click.argument("service", type=click.Choice(SERVICES))
 @_service_options
 def serve(service: str, **kwargs: Any) -> None:
@@ -218,7 +271,13 @@ def serve(service: str, **kwargs: Any) -> None:
         sys.exit(EXIT_INVALID)
 
 
-@cli.command()
+@cli.command(
+    epilog=examples(
+        "gangpreempt up --scenario examples/saga-demo",
+        "gangpreempt up --scenario examples/saga-demo --until-settled --timeout 60",
+        "gangpreempt up --source kubernetes --kubeconfig ~/.kube/config --sink log",
+    )
+)
 @_service_options
 @click.option(
     "--store", type=click.Path(), help="JetStream store folder (default: a temporary one)."

@@ -18,7 +18,12 @@ from gangpreempt.errors import InvalidInput
 EXIT_INVALID = 2
 
 
-@click.command("nats-config")
+@click.command(
+    "nats-config",
+    epilog="\b\nExamples:\n"
+    "  gangpreempt nats-config compose -o deploy/nats/nats.conf\n"
+    "  gangpreempt nats-config kubernetes --replicas 3 -o deploy/k8s/nats.conf",
+)
 @click.argument("target", type=click.Choice(["compose", "kubernetes"]))
 @click.option("--prefix", help="Subject and stream prefix [GANGPREEMPT_PREFIX].")
 @click.option(

@@ -62,7 +62,13 @@ async def run_provision(settings: Settings, timeout: float) -> bool:
         return False
 
 
-@click.command("provision")
+@click.command(
+    "provision",
+    epilog="\b\nExamples:\n"
+    "  GANGPREEMPT_NATS_USER=admin GANGPREEMPT_NATS_PASSWORD=... \\\n"
+    "    gangpreempt provision --nats-url nats://nats:4222\n"
+    "  gangpreempt provision --stream-replicas 3 --timeout 300",
+)
 @click.option("--nats-url", help="NATS server URL [GANGPREEMPT_NATS_URL].")
 @click.option("--prefix", help="Subject and stream prefix [GANGPREEMPT_PREFIX].")
 @click.option(
