@@ -43,7 +43,7 @@ def _corpus() -> list[list[Any]]:
         if d is not None
     ]
     bundles.append(site)
-    bundles.append(site + [_jobset(), _pytorch_job(), _node()])
+    bundles.append([*site, _jobset(), _pytorch_job(), _node()])
     return bundles
 
 
