@@ -113,12 +113,19 @@ def cli() -> None:
     help="Gangs: binary search for the lowest victim priority that lets the gang fit "
     "(KEP-5710); off: every lower-priority candidate, then reprieve.",
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Warnings are errors: exit 2 after printing them, deciding nothing (unknown "
+    "fields, skipped kinds, values read as not set).",
+)
 def plan(
     paths: tuple[str, ...],
     workload: str | None,
     now: str | None,
     output: str,
     priority_search: bool,
+    strict: bool,
 ) -> None:
     """Compute preemption decisions offline from manifests; no cluster, no bus.
 
@@ -138,10 +145,19 @@ def plan(
             )
         for note in loaded.notes:
             click.echo(f"note: {note}", err=True)
-        for warning in [*loaded.warnings, *state_warnings(loaded.state)]:
-            click.echo(f"warning: {warning}", err=True)
+        warnings = [*loaded.warnings, *state_warnings(loaded.state)]
+        for warning in warnings:
+            click.echo(f"{'error' if strict else 'warning'}: {warning}", err=True)
         for error in loaded.rejected:
             click.echo(f"error: {error}", err=True)
+        if strict and (warnings or loaded.rejected):
+            problems = len(warnings) + len(loaded.rejected)
+            click.echo(
+                f"error: --strict: {problems} problem{'' if problems == 1 else 's'} in the "
+                "input; nothing decided",
+                err=True,
+            )
+            sys.exit(EXIT_INVALID)
         with paused(), _progress(output, "deciding"):  # no cyclic collection mid-build
             result = make_plan(loaded.state, clock, workload, priority_search=priority_search)
     except InvalidInput as exc:

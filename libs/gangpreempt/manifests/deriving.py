@@ -19,7 +19,6 @@ from gangpreempt.model.workloads import (
     Workload,
 )
 
-
 # The most pods made for one submitted object's node check (they are real objects in
 # memory): a larger one is left out when the input has Nodes.
 MAX_SYNTHESIZED_PODS = 20_000

@@ -12,7 +12,7 @@ import msgspec
 
 from gangpreempt.collecting import paused
 from gangpreempt.errors import ManifestError
-from gangpreempt.manifests import core, integrations, kueue, nodes
+from gangpreempt.manifests import apifields, core, integrations, kueue, nodes
 from gangpreempt.manifests.deriving import Derived, KueuePod, derive_pods, derive_submitted
 from gangpreempt.manifests.fastpod import fast_pod
 from gangpreempt.manifests.fields import Fields, Where, describe
@@ -61,6 +61,8 @@ class Loaded(msgspec.Struct):
 class _Reader:
     def __init__(self, fast: bool = False) -> None:
         self.fast = fast  # read without line numbers (see ``load``)
+        # Say which fields are not fields (files: what the API server has not pruned).
+        self.check_fields = False
         self.state = ClusterState()
         self.warnings: list[str] = []
         self._skipped: dict[tuple[str, str], list[Any]] = {}
@@ -137,6 +139,19 @@ class _Reader:
             )
         self._join_gangs()
         return derived
+
+    def _check_fields(self, doc: Any, api_version: str, kind: str, where: Where) -> None:
+        """A warning for each key that is not a field of its kind, naming the nearest
+        known one (the fast reading has no lines: it reads again when there is one)."""
+        root = apifields.root_of(api_version, kind)
+        if root is None:
+            return
+        for unknown in apifields.unknown_fields(doc, root):
+            if self.fast:
+                raise NotFast("a field is not a field: read again for its line")
+            error = where.error(unknown.path, unknown.message(), unknown.container, unknown.key)
+            error.field = None  # the message names the path
+            self.warnings.append(error.render())
 
     # -- names ------------------------------------------------------------------------------
 
@@ -241,6 +256,9 @@ class _Reader:
                 )
                 self._object(item, item_where, items, i)
             return
+        if not reads(api_version, kind):
+            self._skip(api_version, kind, where, doc, container, key)
+            return
         meta = top.map("metadata", required=True)
         assert meta is not None
         where.line = (
@@ -249,6 +267,8 @@ class _Reader:
         namespace = meta.text("namespace", default="default")
         name = self._name(meta, kind, namespace, where)
         where.obj = f"{kind} {name}" if kind in CLUSTER_SCOPED else f"{kind} {namespace}/{name}"
+        if self.check_fields:
+            self._check_fields(doc, api_version, kind, where)
         spec = top.map_or_empty("spec")
         st = self.state
 
@@ -357,6 +377,12 @@ class _Reader:
             self._gang_object(kind, namespace, name, spec, where)
             return
 
+        self._skip(api_version, kind, where, doc, container, key)
+
+    def _skip(
+        self, api_version: str, kind: str, where: Where, doc: Any, container: Any, key: Any
+    ) -> None:
+        """An object of a kind that is not read: counted, reported once per kind."""
         location = f"{where.file}: document {where.document}"
         line = line_of(container, key) if container is not None else line_of(doc, "kind")
         if line is not None:
@@ -501,11 +527,15 @@ def load(paths: Sequence[str]) -> Loaded:
         raise ManifestError("(no input)", "give at least one file or folder with -f")
     with paused():
         try:
-            return _Reader(fast=True).read(paths)
+            reader = _Reader(fast=True)
+            reader.check_fields = True
+            return reader.read(paths)
         except (ManifestError, NotFast):
             # Read again, remembering lines: the error names its line. (Where the YAML
             # 1.1 reading accepts what the YAML 1.2 one did not, that reading is taken.)
-            return _Reader().read(paths)
+            reader = _Reader()
+            reader.check_fields = True
+            return reader.read(paths)
 
 
 def reads(api_version: str, kind: str) -> bool:
