@@ -27,6 +27,7 @@ from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import UNIT_GROUP, PodGroup
 from gangpreempt.model.workloads import WORKLOAD_PRIORITY_CLASS
 
+_QUEUE_LABEL = integrations.QUEUE_LABEL
 TIMELINE = "timeline.yaml"  # a scenario's timeline (ingest's sim plays it), not manifests
 # The letters Kubernetes draws generated name suffixes from.
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -475,10 +476,9 @@ class _Reader:
             return False
         if spec.get("workloadRef") is not None or spec.get("schedulingGroup") is not None:
             return False
-        for key in ("labels", "annotations"):
-            texts = meta.get(key)
-            if type(texts) is dict and integrations.QUEUE_LABEL in texts:
-                return False  # Kueue manages it: read by the general path
+        labels, annotations = meta.get("labels"), meta.get("annotations")
+        if (labels and _QUEUE_LABEL in labels) or (annotations and _QUEUE_LABEL in annotations):
+            return False  # Kueue manages it: read by the general path
         pod = fast_pod(namespace, name, meta, spec, status)
         if pod is None or pod.key in self.state.pods:
             return False  # read it the general way (a duplicate is reported there)
