@@ -85,7 +85,6 @@ def cli() -> None:
     "--filename",
     "paths",
     multiple=True,
-    required=True,
     metavar="PATH",
     help="A YAML or JSON file or folder, or - for standard input (kubectl get -o yaml|json "
     "output works). Repeatable.",
@@ -112,6 +111,13 @@ def cli() -> None:
     "(KEP-5710); off: every lower-priority candidate, then reprieve.",
 )
 @click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    help="Read the live cluster once (discovery and list, no watch) with this kubeconfig, "
+    "beside or instead of -f.",
+)
+@click.option("--context", "kube_context", metavar="NAME", help="The kubeconfig's context.")
+@click.option(
     "--strict",
     is_flag=True,
     help="Warnings are errors: exit 2 after printing them, deciding nothing (unknown "
@@ -124,6 +130,8 @@ def plan(
     output: str,
     priority_search: bool,
     strict: bool,
+    kubeconfig: str | None,
+    kube_context: str | None,
 ) -> None:
     """Compute preemption decisions offline from manifests; no cluster, no bus.
 
@@ -134,8 +142,15 @@ def plan(
     """
     try:
         clock = _now(now)
+        if not paths and not kubeconfig:
+            raise InvalidInput("give the input: -f PATH (or - for standard input), or --kubeconfig")
+        live: list[Any] = []
+        origin = ""
+        if kubeconfig:
+            with _progress(output, "reading the cluster"):
+                live, origin = _live_cluster(kubeconfig, kube_context)
         with _progress(output, "reading the manifests"):
-            loaded = load(list(paths))
+            loaded = load(list(paths), live, origin)
         if not _has_objects(loaded.state):
             loaded.warnings.append(
                 f"no objects gangpreempt reads in {', '.join(paths)} (ClusterQueues, "
@@ -173,6 +188,18 @@ def plan(
         left = len(loaded.rejected)
         click.echo(f"error: {left} object{'' if left == 1 else 's'} left out (see above)", err=True)
         sys.exit(EXIT_INVALID)
+
+
+def _live_cluster(kubeconfig: str, context: str | None) -> tuple[list[Any], str]:
+    """The live cluster's objects, read once, and how errors name them."""
+    import asyncio
+
+    from gangpreempt.config import Settings
+    from services.kube.listing import list_cluster
+
+    settings = Settings(kubeconfig=kubeconfig, kube_context=context)
+    objects = asyncio.run(list_cluster(settings))
+    return objects, f"kubernetes ({context or 'current context'} of {kubeconfig})"
 
 
 def _has_objects(state: ClusterState) -> bool:
@@ -339,8 +366,11 @@ def main() -> None:
         if not _QUICK_EXIT:
             raise
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        sys.stdout.flush()
-        sys.stderr.flush()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BrokenPipeError:  # the reader went away (| head): nothing left to say
+            pass
         os._exit(code)
 
 

@@ -83,7 +83,19 @@ class _Reader:
         # Where each object was read (the lined reading only): (id(table), key) -> text.
         self._located: dict[tuple[int, str], str] = {}
 
-    def read(self, paths: Sequence[str]) -> Loaded:
+    def read(
+        self, paths: Sequence[str], objects: Sequence[Mapping[str, Any]] = (), origin: str = ""
+    ) -> Loaded:
+        for obj in objects:
+            # API objects (the API server has pruned unknown fields): one that cannot be
+            # read is left out, the rest is read.
+            check, self.check_fields = self.check_fields, False
+            try:
+                self._object(obj, Where(origin, None), None, "")
+            except ManifestError as exc:
+                self.rejected.append(str(exc))
+            finally:
+                self.check_fields = check
         for path in paths:
             for file in yaml_files(path):
                 if _is_timeline(path, file):
@@ -101,9 +113,9 @@ class _Reader:
             raise NotFast("an object is left out: read again for its lines")
         self._check_classes()
         for (api_version, kind), (count, first) in sorted(self._skipped.items()):
-            objects = "object" if count == 1 else "objects"
+            noun = "object" if count == 1 else "objects"
             self.warnings.append(
-                f"{first}: skipped {count} {objects} of unsupported kind {kind} ({api_version})"
+                f"{first}: skipped {count} {noun} of unsupported kind {kind} ({api_version})"
             )
         return Loaded(
             self.state,
@@ -517,25 +529,29 @@ def _is_timeline(path: str, file: str) -> bool:
     )
 
 
-def load(paths: Sequence[str]) -> Loaded:
-    """Read every YAML document under ``paths`` (files or folders).
+def load(
+    paths: Sequence[str], objects: Sequence[Mapping[str, Any]] = (), origin: str = ""
+) -> Loaded:
+    """Read every YAML document under ``paths`` (files or folders), and ``objects`` (API
+    objects read from ``origin``, a live cluster) before them.
 
-    Raises ``ManifestError`` on the first invalid object; unsupported kinds are skipped
+    Raises ``ManifestError`` on the first invalid object of a file (an API object that
+    cannot be read is left out, in ``Loaded.rejected``); unsupported kinds are skipped
     and reported once per kind in ``Loaded.warnings``.
     """
-    if not paths:
+    if not paths and not objects:
         raise ManifestError("(no input)", "give at least one file or folder with -f")
     with paused():
         try:
             reader = _Reader(fast=True)
             reader.check_fields = True
-            return reader.read(paths)
+            return reader.read(paths, objects, origin)
         except (ManifestError, NotFast):
             # Read again, remembering lines: the error names its line. (Where the YAML
             # 1.1 reading accepts what the YAML 1.2 one did not, that reading is taken.)
             reader = _Reader()
             reader.check_fields = True
-            return reader.read(paths)
+            return reader.read(paths, objects, origin)
 
 
 def reads(api_version: str, kind: str) -> bool:
