@@ -224,11 +224,17 @@ class NodePlanner:
             return waiting
         for pod in pre.pods:
             if pod.labels.get(CAN_PREEMPT_LABEL) == "false":
-                return f"{pod.ref} is labelled {CAN_PREEMPT_LABEL}=false"
+                return (
+                    f"{pod.ref} is labelled {CAN_PREEMPT_LABEL}=false (remove the label to let "
+                    "it preempt)"
+                )
         if self.cluster.never_preempts(pre.pods) or any(
             self._group_policy(g) == NEVER for g in pre.groups
         ):
-            return "its preemptionPolicy is Never"
+            return (
+                "its preemptionPolicy is Never (a PriorityClass with PreemptLowerPriority "
+                "lets it preempt)"
+            )
         return None
 
     def _group_policy(self, group: PodGroup) -> str:
@@ -265,7 +271,8 @@ class NodePlanner:
                 [],
                 {},
                 f"does not fit on any node, and no node would fit it after preempting "
-                f"lower-priority pods ({plural(evaluated, 'node')} evaluated)",
+                f"lower-priority pods ({plural(evaluated, 'node')} evaluated): it needs "
+                "a node with more room, or a higher priority",
             )
         message = f"preempts {plural(len(found.victims), 'unit')} on node {found.node}" + (
             f" ({found.violations} PDB violations)" if found.violations else ""
@@ -331,7 +338,8 @@ class NodePlanner:
                 [],
                 {},
                 "cannot be placed even after preempting every lower-priority "
-                f"candidate{': ' + detail if detail else ''}",
+                f"candidate{': ' + detail if detail else ''} (it needs more nodes with "
+                "room, fewer or smaller pods, or a higher priority)",
             )
         where = f" in {chosen.domain}" if topology else ""
         n_pods = sum(len(u.pods) for u in chosen.victims)
