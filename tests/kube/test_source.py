@@ -8,13 +8,14 @@ import asyncio
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from gangpreempt.config import Settings
 from gangpreempt.model import kinds
 from services.ingest.kubernetes import KubeSource
 from services.kube.access import ACCESS, GANG_WORKLOADS, KUEUE_WORKLOADS, NODES, PODS
 from tests.kube.apiserver import CORE, KUEUE, PLUGINS, ApiServer, Kind
-from tests.kube.objects import node, pod
+from tests.kube.objects import node, pod, priority_class
 from tests.waiting import until
 
 pytestmark = pytest.mark.kube
@@ -235,3 +236,37 @@ async def test_the_access_table_is_what_ingest_calls(tmp_path) -> None:
     finally:
         await server.stop()
     assert calls() == granted
+
+
+async def test_unreadable_objects_stay_in_the_logs_until_fixed(
+    apiserver: ApiServer, tmp_path
+) -> None:
+    """An object left out, and one read with a warning (a PriorityClass whose toleration
+    policy is not an integer: no toleration, as the plugin reads it), are logged at
+    once and again at every full relist; once fixed, no more."""
+    apiserver.put(node("node-0"))
+    apiserver.put(pod("bad", "node-0", cpu="lots"))
+    odd = priority_class("low", 10)
+    odd["metadata"]["annotations"] = {
+        "preemption-toleration.scheduling.x-k8s.io/toleration-seconds": "an hour"
+    }
+    apiserver.put(odd)
+    with capture_logs() as logs:
+        _source, published, stop, task = await running(apiserver, tmp_path, relist_interval=0.3)
+        try:
+            await published.until(lambda: len(published.batches) >= 3, timeout=15)
+            assert "PriorityClass/low" in published.live  # kept, without a toleration
+
+            def said(event: str) -> int:
+                return sum(1 for e in logs if e.get("event") == event)
+
+            assert said("object rejected; left out of the state") >= 2
+            assert said("object read with a warning") >= 2
+            apiserver.put(pod("bad", "node-0", cpu="1"))
+            await published.until(lambda: "Pod/team-a/bad" in published.live, timeout=15)
+            fixed_at = said("object rejected; left out of the state")
+            seen = len(published.batches)
+            await published.until(lambda: len(published.batches) >= seen + 2, timeout=15)
+            assert said("object rejected; left out of the state") == fixed_at
+        finally:
+            await stopped(stop, task)
