@@ -50,7 +50,8 @@ class ManifestSource:
         files = self.files()
         if not files:
             return ClusterState()  # an emptied folder: everything was deleted
-        loaded = load(files)
+        # A file the timeline applies is read alone: its classes are in the live state.
+        loaded = load(files, references=False)
         for warning in loaded.warnings:
             log.warning("manifest warning", warning=warning)
         return loaded.state

@@ -44,10 +44,15 @@ class Derived:
     rejected: list[str] = field(default_factory=list)
     # Workload key -> the submitted object's ref (Job/ns/name, Pod/ns/name, ...).
     owners: dict[str, str] = field(default_factory=dict)
+    # Whether the input is whole, so a class it does not hold is missing (``plan``); a
+    # file the sim applies later is read alone, its classes are in the live state.
+    check_classes: bool = True
 
 
-def _missing_class(state: ClusterState, ref: PriorityClassRef | None) -> str | None:
-    if ref is None:
+def _missing_class(
+    state: ClusterState, ref: PriorityClassRef | None, check: bool = True
+) -> str | None:
+    if ref is None or not check:
         return None
     if ref.kind == WORKLOAD_PRIORITY_CLASS and ref.name not in state.workload_priority_classes:
         return f"WorkloadPriorityClass {ref.name!r} not found"
@@ -109,7 +114,7 @@ def derive_submitted(state: ClusterState, submitted: list[Submitted], out: Deriv
                 "input: its quota usage is not counted"
             )
             continue
-        missing = _missing_class(state, s.priority_class)
+        missing = _missing_class(state, s.priority_class, out.check_classes)
         if missing is not None:
             out.rejected.append(
                 f"{s.location}: {s.priority_field}: {missing}; {s.ref} is left out "
@@ -138,17 +143,17 @@ def derive_submitted(state: ClusterState, submitted: list[Submitted], out: Deriv
 
 
 def _pod_priority(
-    state: ClusterState, label: str, pod: Pod
+    state: ClusterState, label: str, pod: Pod, check: bool
 ) -> tuple[PriorityClassRef | None, int | None, str | None]:
     """(class ref, explicit priority, what is missing) of a Kueue pod's Workload."""
     if label:
         ref = PriorityClassRef(WORKLOAD_PRIORITY_CLASS, label)
-        return ref, None, _missing_class(state, ref)
+        return ref, None, _missing_class(state, ref, check)
     if pod.priority is not None:
         return None, pod.priority, None
     if pod.priority_class_name:
         ref = PriorityClassRef(PRIORITY_CLASS, pod.priority_class_name)
-        return ref, None, _missing_class(state, ref)
+        return ref, None, _missing_class(state, ref, check)
     return None, None, None
 
 
@@ -187,7 +192,7 @@ def derive_pods(state: ClusterState, kueue_pods: list[KueuePod], out: Derived) -
             continue
         if f"Pod/{kp.key}" in owners or not pod.pending:
             continue
-        ref, value, missing = _pod_priority(state, kp.priority_label, pod)
+        ref, value, missing = _pod_priority(state, kp.priority_label, pod, out.check_classes)
         if missing is not None:
             out.rejected.append(f"{kp.location}: {missing}; Pod {kp.key} is left out")
             del state.pods[kp.key]
@@ -234,7 +239,7 @@ def _derive_group(state: ClusterState, key: str, members: list[KueuePod], out: D
             "waits for the rest before it creates the Workload; left out"
         )
         return
-    ref, value, missing = _pod_priority(state, first.priority_label, pods[0])
+    ref, value, missing = _pod_priority(state, first.priority_label, pods[0], out.check_classes)
     if missing is not None:
         out.rejected.append(f"{first.location}: {missing}; pod group {key} is left out")
         return

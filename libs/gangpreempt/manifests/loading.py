@@ -64,6 +64,8 @@ class _Reader:
         self.fast = fast  # read without line numbers (see ``load``)
         # Say which fields are not fields (files: what the API server has not pruned).
         self.check_fields = False
+        # The input is whole: a class it does not hold is missing (see ``load``).
+        self.references = True
         self.state = ClusterState()
         self.warnings: list[str] = []
         self._skipped: dict[tuple[str, str], list[Any]] = {}
@@ -111,7 +113,8 @@ class _Reader:
         derived = self._finish()
         if self.fast and derived.rejected:
             raise NotFast("an object is left out: read again for its lines")
-        self._check_classes()
+        if self.references:
+            self._check_classes()
         for (api_version, kind), (count, first) in sorted(self._skipped.items()):
             noun = "object" if count == 1 else "objects"
             self.warnings.append(
@@ -138,7 +141,7 @@ class _Reader:
     def _finish(self) -> Derived:
         """Everything that joins objects once all are read: the Workloads Kueue would
         create for submitted objects, then gang membership."""
-        derived = Derived(warnings=self.warnings)
+        derived = Derived(warnings=self.warnings, check_classes=self.references)
         derive_submitted(self.state, self._submitted, derived)
         derive_pods(self.state, self._kueue_pods, derived)
         for key, owner in sorted(derived.owners.items()):
@@ -530,10 +533,17 @@ def _is_timeline(path: str, file: str) -> bool:
 
 
 def load(
-    paths: Sequence[str], objects: Sequence[Mapping[str, Any]] = (), origin: str = ""
+    paths: Sequence[str],
+    objects: Sequence[Mapping[str, Any]] = (),
+    origin: str = "",
+    references: bool = True,
 ) -> Loaded:
     """Read every YAML document under ``paths`` (files or folders), and ``objects`` (API
     objects read from ``origin``, a live cluster) before them.
+
+    ``references``: the input is the whole cluster, so an object whose class is not in
+    it is left out (``plan``); off for a part read on its own (a file ingest's sim
+    applies to a live state that holds the classes).
 
     Raises ``ManifestError`` on the first invalid object of a file (an API object that
     cannot be read is left out, in ``Loaded.rejected``); unsupported kinds are skipped
@@ -544,13 +554,13 @@ def load(
     with paused():
         try:
             reader = _Reader(fast=True)
-            reader.check_fields = True
+            reader.check_fields, reader.references = True, references
             return reader.read(paths, objects, origin)
         except (ManifestError, NotFast):
             # Read again, remembering lines: the error names its line. (Where the YAML
             # 1.1 reading accepts what the YAML 1.2 one did not, that reading is taken.)
             reader = _Reader()
-            reader.check_fields = True
+            reader.check_fields, reader.references = True, references
             return reader.read(paths, objects, origin)
 
 
