@@ -117,7 +117,7 @@ def run_bundle(folder: Path) -> None:
     exp = expectation(folder)
     loaded = load(manifest_files(folder))
     now = parse_time(exp["now"])
-    name = folder.relative_to(ROOT)
+    name = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder.name
     if "assignment" in exp:
         replay_assignment(loaded.state, now, exp, str(name))
         return

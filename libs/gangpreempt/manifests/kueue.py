@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gangpreempt.manifests.fields import Fields
+from gangpreempt.manifests.kueueconfig import fair_weight
 from gangpreempt.manifests.podspec import constraints, pod_requests, taints, tolerations
 from gangpreempt.model.queues import (
     ANY,
@@ -139,6 +140,7 @@ def cluster_queue(name: str, spec: Fields) -> ClusterQueue:
         preemption=_preemption(spec),
         flavor_fungibility=_fungibility(spec),
         stop_policy=spec.enum("stopPolicy", STOP_POLICIES, "None"),
+        fair_weight=fair_weight(spec),
     )
 
 
@@ -147,6 +149,7 @@ def cohort(name: str, spec: Fields) -> Cohort:
         name=name,
         parent=spec.opt_text("parentName") or spec.opt_text("parent"),
         resource_groups=resource_groups(spec),
+        fair_weight=fair_weight(spec),
     )
 
 

@@ -12,7 +12,7 @@ import msgspec
 
 from gangpreempt.collecting import paused
 from gangpreempt.errors import ManifestError
-from gangpreempt.manifests import apifields, core, integrations, kueue, nodes
+from gangpreempt.manifests import apifields, core, integrations, kueue, kueueconfig, nodes
 from gangpreempt.manifests.deriving import Derived, KueuePod, derive_pods, derive_submitted
 from gangpreempt.manifests.fastpod import fast_pod
 from gangpreempt.manifests.fields import Fields, Where, describe
@@ -169,6 +169,33 @@ class _Reader:
             error.field = None  # the message names the path
             self.warnings.append(error.render())
 
+    # -- Kueue's manager Configuration -------------------------------------------------------
+
+    def _configuration(self, top: Fields, api_version: str, where: Where) -> None:
+        config = kueueconfig.configuration(top, api_version)
+        self._put(self.state.kueue_configurations, config.name, config, where)
+
+    def _config_map(self, top: Fields, where: Where) -> bool:
+        """The ``kueue-manager-config`` ConfigMap: its Configuration is read (True); any
+        other ConfigMap is not (False: skipped as a kind that is not read)."""
+        meta = top.map_or_empty("metadata")
+        if meta.raw("name") != kueueconfig.CONFIG_MAP_NAME:
+            return False
+        namespace = meta.text("namespace", default="default")
+        where.obj = f"ConfigMap {namespace}/{kueueconfig.CONFIG_MAP_NAME}"
+        data = top.map_or_empty("data")
+        found = kueueconfig.from_config_map(data)
+        if found is None:
+            self.warnings.append(
+                f"{_location(where)}{where.obj}: no {kueueconfig.CONFIG_MAP_KEY} in data: "
+                "Kueue's defaults (fair sharing off)"
+            )
+            return True
+        doc, api_version = found
+        inner = Where(where.file, where.document, where.obj, f"data.{kueueconfig.CONFIG_MAP_KEY}")
+        self._configuration(Fields(inner, doc, inner.prefix), api_version, where)
+        return True
+
     # -- names ------------------------------------------------------------------------------
 
     def _name(self, meta: Fields, kind: str, namespace: str, where: Where) -> str:
@@ -271,6 +298,12 @@ class _Reader:
                     f"{prefix}items[{i}]" if not prefix else f"{prefix}.items[{i}]",
                 )
                 self._object(item, item_where, items, i)
+            return
+        if api_version in kueueconfig.CONFIG_VERSIONS and kind == "Configuration":
+            where.obj = "Kueue Configuration"  # the manager's file: it has no metadata
+            self._configuration(top, api_version, where)
+            return
+        if api_version == "v1" and kind == "ConfigMap" and self._config_map(top, where):
             return
         if not reads(api_version, kind):
             self._skip(api_version, kind, where, doc, container, key)

@@ -8,6 +8,7 @@ from gangpreempt.model.pods import ElasticQuota, Node, Pod, PodDisruptionBudget,
 from gangpreempt.model.queues import (
     ClusterQueue,
     Cohort,
+    KueueConfiguration,
     LocalQueue,
     PriorityClass,
     ResourceFlavor,
@@ -34,10 +35,15 @@ class ClusterState(msgspec.Struct):
     pod_groups: dict[str, PodGroup] = msgspec.field(default_factory=dict)
     pdbs: dict[str, PodDisruptionBudget] = msgspec.field(default_factory=dict)
     elastic_quotas: dict[str, ElasticQuota] = msgspec.field(default_factory=dict)
+    # Kueue's manager Configuration (one, under ``KUEUE_CONFIGURATION``), when given.
+    kueue_configurations: dict[str, KueueConfiguration] = msgspec.field(default_factory=dict)
 
     def gang_workload(self, key: str) -> tuple[str, ...]:
         """The pod groups of a scheduling.k8s.io Workload (``namespace/name``), by key."""
         return tuple(sorted(k for k, pg in self.pod_groups.items() if pg.workload == key))
+
+    def kueue_configuration(self) -> KueueConfiguration:
+        return next(iter(self.kueue_configurations.values()), KueueConfiguration())
 
     def global_default_priority(self) -> int:
         for pc in self.priority_classes.values():

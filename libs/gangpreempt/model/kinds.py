@@ -12,6 +12,7 @@ from gangpreempt.model.pods import ElasticQuota, Node, Pod, PodDisruptionBudget,
 from gangpreempt.model.queues import (
     ClusterQueue,
     Cohort,
+    KueueConfiguration,
     LocalQueue,
     PriorityClass,
     ResourceFlavor,
@@ -21,6 +22,7 @@ from gangpreempt.model.workloads import Workload
 
 # kind -> (model type, ClusterState table)
 KINDS: dict[str, tuple[type[Any], str]] = {
+    "KueueConfiguration": (KueueConfiguration, "kueue_configurations"),
     "ResourceFlavor": (ResourceFlavor, "flavors"),
     "ClusterQueue": (ClusterQueue, "cluster_queues"),
     "Cohort": (Cohort, "cohorts"),

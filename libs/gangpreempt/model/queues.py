@@ -68,12 +68,31 @@ class ClusterQueue(msgspec.Struct, frozen=True):
     preemption: Preemption = Preemption()
     flavor_fungibility: FlavorFungibility = FlavorFungibility()
     stop_policy: str = "None"
+    # spec.fairSharing.weight (Kueue fair sharing): 0 is an infinite share when borrowing.
+    fair_weight: float = 1.0
 
 
 class Cohort(msgspec.Struct, frozen=True):
     name: str
     parent: str | None = None
     resource_groups: tuple[ResourceGroup, ...] = ()
+    fair_weight: float = 1.0
+
+
+LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+FAIR_STRATEGIES = (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LESS_THAN_INITIAL_SHARE)
+KUEUE_CONFIGURATION = "kueue"  # the one key of ``ClusterState.kueue_configurations``
+
+
+class KueueConfiguration(msgspec.Struct, frozen=True):
+    """What gangpreempt reads of Kueue's manager ``Configuration``: whether fair sharing
+    is on, and its preemption strategies (in order; the second is always the second
+    pass)."""
+
+    name: str = KUEUE_CONFIGURATION
+    fair_sharing: bool = False
+    preemption_strategies: tuple[str, ...] = FAIR_STRATEGIES
 
 
 class LocalQueue(msgspec.Struct, frozen=True):
@@ -106,6 +125,10 @@ __all__ = [
     "ANY",
     "BEST_EFFORT_FIFO",
     "BORROWING_OVER_PREEMPTION",
+    "FAIR_STRATEGIES",
+    "KUEUE_CONFIGURATION",
+    "LESS_THAN_INITIAL_SHARE",
+    "LESS_THAN_OR_EQUAL_TO_FINAL_SHARE",
     "LOWER_OR_NEWER_EQUAL_PRIORITY",
     "LOWER_PRIORITY",
     "MAY_STOP_SEARCH",
@@ -117,6 +140,7 @@ __all__ = [
     "Cohort",
     "FlavorFungibility",
     "FlavorQuotas",
+    "KueueConfiguration",
     "LocalQueue",
     "Preemption",
     "PriorityClass",

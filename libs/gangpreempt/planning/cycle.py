@@ -14,6 +14,9 @@ priority and age:
   of that cycle unless its queue reclaims from Any), or no longer fitting after an
   earlier head.
 
+Under Kueue's fair sharing the heads are processed in the order of Kueue's tournament
+(``planning.tournament``) and KEP-83's no-borrowing rule does not apply.
+
 A queue whose head is preempting, or was skipped, waits behind it. A StrictFIFO queue
 also waits behind a head that does not fit; a BestEffortFIFO queue moves on to its next
 workload in the next cycle.
@@ -33,6 +36,7 @@ from gangpreempt.planning.deciding import (
     unavailable,
 )
 from gangpreempt.planning.decisions import Decision
+from gangpreempt.planning.tournament import fair_order
 from gangpreempt.quota.modes import Mode
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import ClusterQueueState, Snapshot
@@ -115,7 +119,12 @@ class AdmissionPass:
             entries = [evaluate(snap, h) for h in heads if h is not None]
             if not entries:
                 break
-            for ev in sorted(entries, key=Evaluation.order):
+            ordered = (
+                fair_order(snap, entries)
+                if snap.fair_sharing
+                else iter(sorted(entries, key=Evaluation.order))
+            )
+            for ev in ordered:
                 self._process(ev)
             for cq, usage in self.held:
                 self.snapshot.give_usage(cq.node, usage)
@@ -144,7 +153,7 @@ class AdmissionPass:
                 self.held.append((ev.cq, held))
             self._pending(queue, ev, None, strict_only=True)
             return
-        if ev.borrowing and tree in self.preempting_trees:
+        if ev.borrowing and tree in self.preempting_trees and not self.snapshot.fair_sharing:
             msg = (
                 f"skipped: a workload in cohort {tree} needs preemption in this pass, "
                 "so no other workload may borrow there"
@@ -157,7 +166,7 @@ class AdmissionPass:
             if ev.mode is not Mode.Fit and not (ev.mode is Mode.Preempt and ev.targets):
                 self._pending(queue, ev, None, strict_only=ev.mode is Mode.NoFit)
                 return
-            if ev.borrowing and tree in self.preempting_trees:
+            if ev.borrowing and tree in self.preempting_trees and not self.snapshot.fair_sharing:
                 msg = f"skipped: its victims were taken by another preemptor in cohort {tree}"
                 self._pending(queue, ev, msg, strict_only=False)
                 return

@@ -16,19 +16,22 @@ from gangpreempt.preemption.candidates import (
     Variant,
     borrow_within_cohort,
 )
-from gangpreempt.quota.snapshot import Snapshot
+from gangpreempt.quota.snapshot import AdmittedWorkload, Snapshot
 from gangpreempt.quota.tree import cq_available
 
 
 class Target:
-    """A victim and the reason it is preempted."""
+    """A victim and the reason it is preempted (and, from the classical search, the
+    candidate it was)."""
 
     __slots__ = ("aw", "candidate", "reason")
 
-    def __init__(self, candidate: Candidate) -> None:
+    def __init__(
+        self, aw: AdmittedWorkload, reason: str, candidate: Candidate | None = None
+    ) -> None:
         self.candidate = candidate
-        self.aw = candidate.aw
-        self.reason = candidate.variant.reason
+        self.aw = aw
+        self.reason = reason
 
     def __repr__(self) -> str:
         return f"<Target {self.aw.ref} {self.reason}>"
@@ -109,6 +112,10 @@ def search(snapshot: Snapshot, req: Request) -> Search:
     policy = req.cq.spec.preemption
     if policy.within_cluster_queue == NEVER and policy.reclaim_within_cohort == NEVER:
         return Search([], True)
+    if snapshot.fair_sharing:
+        from gangpreempt.preemption.fair import FairSearch  # the two searches share Target
+
+        return Search(FairSearch(snapshot, req).run(), True)
     candidates = Candidates(snapshot, req)
     for borrowing in attempts(req, candidates):
         if not candidates.could_fit(borrowing, lambda b: fits(snapshot, req, b)):
@@ -118,7 +125,7 @@ def search(snapshot: Snapshot, req: Request) -> Search:
             if not _valid(snapshot, req, cand, borrowing):
                 continue
             snapshot.remove(cand.aw)
-            targets.append(Target(cand))
+            targets.append(Target(cand.aw, cand.variant.reason, cand))
             if fits(snapshot, req, borrowing):
                 kept = _fill_back(snapshot, req, targets, borrowing)
                 for t in kept:

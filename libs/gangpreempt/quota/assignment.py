@@ -137,7 +137,10 @@ class FlavorAssigner:
         spec = cq.spec
         self.fungibility = spec.flavor_fungibility
         self.can_preempt_in_cq = spec.preemption.within_cluster_queue != NEVER
-        self.can_preempt_while_borrowing = spec.preemption.borrow_within_cohort != NEVER
+        # Kueue: borrowWithinCohort, or under fair sharing any reclaimWithinCohort.
+        self.can_preempt_while_borrowing = spec.preemption.borrow_within_cohort != NEVER or (
+            snapshot.fair_sharing and spec.preemption.reclaim_within_cohort != NEVER
+        )
 
     def assign(self, counts: Mapping[str, int] | None = None) -> Assignment:
         assignment = Assignment()

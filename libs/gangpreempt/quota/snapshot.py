@@ -170,6 +170,11 @@ class Snapshot:
         self.cqs = cqs
         self.cohorts = cohorts
         self.flavors: dict[str, ResourceFlavor] = state.flavors
+        config = state.kueue_configuration()
+        # Kueue's fair sharing (its manager Configuration): victims and the admission
+        # order by dominant resource share.
+        self.fair_sharing = config.fair_sharing
+        self.fair_strategies = config.preemption_strategies
         self.admitted: dict[str, AdmittedWorkload] = {}
         self.pinned: set[str] = set()  # hold quota but may not be preempted
         # While a scratch section is open: how to undo each permanent change, in order.
@@ -205,7 +210,8 @@ class Snapshot:
             if node is None:
                 spec = state.cohorts.get(name)
                 quotas = quotas_of(spec.resource_groups) if spec else {}
-                node = Node(name, is_cohort=True, quotas=quotas)
+                weight = spec.fair_weight if spec else 1.0
+                node = Node(name, is_cohort=True, quotas=quotas, weight=weight)
                 cohorts[name] = node
             return node
 
@@ -223,7 +229,12 @@ class Snapshot:
 
         cqs: dict[str, ClusterQueueState] = {}
         for name, spec in state.cluster_queues.items():
-            node = Node(name, is_cohort=False, quotas=quotas_of(spec.resource_groups))
+            node = Node(
+                name,
+                is_cohort=False,
+                quotas=quotas_of(spec.resource_groups),
+                weight=spec.fair_weight,
+            )
             cqs[name] = cq = ClusterQueueState(spec, node)
             if spec.cohort:
                 if spec.cohort in cyclic:

@@ -36,10 +36,19 @@ class Node:
         "quotas",
         "subtree_quota",
         "usage",
+        "weight",
     )
 
-    def __init__(self, name: str, *, is_cohort: bool, quotas: dict[FR, ResourceQuota]) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        is_cohort: bool,
+        quotas: dict[FR, ResourceQuota],
+        weight: float = 1.0,
+    ) -> None:
         self.name = name
+        self.weight = weight  # fairSharing.weight
         self.is_cohort = is_cohort
         self.parent: Node | None = None
         self.quotas = quotas

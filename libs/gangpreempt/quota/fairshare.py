@@ -1,0 +1,133 @@
+"""Kueue's dominant resource share (fair sharing, KEP-1714 as Kueue computes it today).
+
+A node (ClusterQueue or Cohort) borrows a flavor-resource when its usage is above its
+subtree quota; what it borrows of a resource is the sum, over the flavors of that
+resource, of those overshoots (a flavor under quota does not offset another). Its share
+of a resource is ``borrowed * 1000 / lendable``, where ``lendable`` is what its parent
+could ever reach of that resource, summed over every flavor of the tree
+(``potential_available`` of the parent). The dominant share is the largest (ties: the
+resource name first in order), divided by the node's ``fairSharing.weight``: a node that
+borrows with weight 0 has an infinite share. A node without a parent (a ClusterQueue
+outside any cohort, the root cohort) has no share. Shares are exact floats; Kueue rounds
+them up only for its status.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from gangpreempt.quota.tree import FR, Node, potential_available
+
+SCALE = 1000.0
+
+
+class DRS:
+    """A node's dominant resource share, and which flavor-resources it borrows."""
+
+    __slots__ = ("borrowed_frs", "borrowing", "dominant", "ratio", "weight")
+
+    def __init__(
+        self,
+        ratio: float = 0.0,
+        weight: float = 1.0,
+        borrowing: bool = False,
+        dominant: str | None = None,
+        borrowed_frs: frozenset[FR] = frozenset(),
+    ) -> None:
+        self.ratio = ratio  # unweighted, per thousand
+        self.weight = weight
+        self.borrowing = borrowing
+        self.dominant = dominant
+        self.borrowed_frs = borrowed_frs
+
+    @property
+    def zero_weight_borrows(self) -> bool:
+        return self.weight == 0 and self.borrowing
+
+    def precise(self) -> float:
+        """The weighted share: infinite for a zero-weight borrower."""
+        if self.zero_weight_borrows:
+            return math.inf
+        if self.ratio == 0:
+            return 0.0
+        share = self.ratio / self.weight
+        if math.isnan(share):
+            return math.inf
+        if share == 0:
+            return math.ulp(0.0)  # a borrower's share never underflows to none
+        return share
+
+    def rounded(self) -> int:
+        """As Kueue's ``status.fairSharing.weightedShare`` shows it."""
+        if self.zero_weight_borrows:
+            return 2**63 - 1
+        return max(1 if self.ratio else 0, math.ceil(self.precise()))
+
+    @property
+    def is_zero(self) -> bool:
+        return self.ratio == 0
+
+    def borrowing_on(self, frs: Iterable[FR]) -> bool:
+        return any(fr in self.borrowed_frs for fr in frs)
+
+    def __repr__(self) -> str:
+        return f"<DRS {self.precise():.3f} ({self.dominant}, weight {self.weight})>"
+
+
+NEGATIVE = DRS(ratio=-1.0)  # below every share
+
+
+def compare(a: DRS, b: DRS) -> int:
+    """-1, 0, 1 as ``a`` is below, equal to, above ``b`` (two zero-weight borrowers by
+    their unweighted ratio)."""
+    if a.zero_weight_borrows and b.zero_weight_borrows:
+        return (a.ratio > b.ratio) - (a.ratio < b.ratio)
+    if a.zero_weight_borrows:
+        return 1
+    if b.zero_weight_borrows:
+        return -1
+    x, y = (-1.0 if a is NEGATIVE else a.precise()), (-1.0 if b is NEGATIVE else b.precise())
+    return (x > y) - (x < y)
+
+
+def lendable(parent: Node) -> dict[str, int]:
+    """Per resource: what ``parent`` could ever reach, over every flavor of the tree."""
+    root = parent.root()
+    out: dict[str, int] = {}
+    for fr in root.subtree_quota:
+        out[fr[1]] = out.get(fr[1], 0) + potential_available(parent, fr)
+    return out
+
+
+def dominant_resource_share(node: Node, cache: dict[int, dict[str, int]] | None = None) -> DRS:
+    """The node's share now (its usage as the snapshot holds it). ``cache`` keeps the
+    lendable amounts per parent (they depend on quotas only)."""
+    parent = node.parent
+    if parent is None:
+        return DRS(weight=node.weight)
+    borrowed: dict[str, int] = {}
+    frs: set[FR] = set()
+    for fr, quota in node.subtree_quota.items():
+        over = node.usage.get(fr, 0) - quota
+        if over > 0:
+            borrowed[fr[1]] = borrowed.get(fr[1], 0) + over
+            frs.add(fr)
+    if not borrowed:
+        return DRS(weight=node.weight)
+    if cache is None:
+        lend = lendable(parent)
+    else:
+        lend = cache.get(id(parent)) or cache.setdefault(id(parent), lendable(parent))
+    ratio, dominant = 0.0, None
+    for resource in sorted(borrowed):
+        total = lend.get(resource, 0)
+        if total <= 0:
+            continue  # nothing lendable: no share of it
+        r = borrowed[resource] * SCALE / total
+        if r > ratio:
+            ratio, dominant = r, resource
+    return DRS(ratio, node.weight, True, dominant, frozenset(frs))
+
+
+__all__ = ["DRS", "NEGATIVE", "compare", "dominant_resource_share", "lendable"]
