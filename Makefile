@@ -32,6 +32,7 @@ demo: $(STAMP) ## run the four services on the bundled scenario until settled
 
 bench: $(STAMP) ## run the benchmarks; figures printed, JSON in bench/results/
 	$(BIN)/python bench/quota.py
+	$(BIN)/python bench/quota.py --fair-sharing
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/victims.py
 	$(BIN)/python bench/ingest.py

@@ -44,6 +44,7 @@ from gangpreempt.model import (
     ResourceQuota,
     Workload,
 )
+from gangpreempt.model.queues import KUEUE_CONFIGURATION, KueueConfiguration
 from gangpreempt.planning import admission_pass, decision, evaluate
 from gangpreempt.quota import PendingWorkload, Snapshot
 
@@ -51,9 +52,14 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PRIORITIES = (("low", 100), ("mid", 500), ("high", 1000))
 
 
-def build_state(cohorts: int, queues: int, admitted: int, pending: int, seed: int) -> ClusterState:
+def build_state(
+    cohorts: int, queues: int, admitted: int, pending: int, seed: int, fair: bool = False
+) -> ClusterState:
     rnd = random.Random(seed)
     st = ClusterState()
+    if fair:
+        # Kueue's fair sharing on (both strategies); a queue in ten weighs 2.
+        st.kueue_configurations[KUEUE_CONFIGURATION] = KueueConfiguration(fair_sharing=True)
     st.flavors["default"] = ResourceFlavor(name="default")
     names: list[str] = []
     for c in range(cohorts):
@@ -82,6 +88,7 @@ def build_state(cohorts: int, queues: int, admitted: int, pending: int, seed: in
                     borrow_within_cohort="LowerPriority",
                     max_priority_threshold=500,
                 ),
+                fair_weight=2.0 if fair and q % 10 == 0 else 1.0,
             )
             st.local_queues[f"ns-{c}/{name}"] = LocalQueue(f"ns-{c}", name, name)
     # Fill each cohort to its capacity (100 x 20 CPU), unevenly: a third of the queues
@@ -142,9 +149,15 @@ def build_state(cohorts: int, queues: int, admitted: int, pending: int, seed: in
 
 
 def run(
-    cohorts: int, queues: int, admitted: int, pending: int, passes: int, seed: int
+    cohorts: int,
+    queues: int,
+    admitted: int,
+    pending: int,
+    passes: int,
+    seed: int,
+    fair: bool = False,
 ) -> dict[str, object]:
-    st = build_state(cohorts, queues, admitted, pending, seed)
+    st = build_state(cohorts, queues, admitted, pending, seed, fair)
     now = T0 + timedelta(days=2)
 
     t = time.perf_counter()
@@ -194,6 +207,7 @@ def run(
             "nominal_cpu": 20,
             "borrowing_limit_cpu": 100,
             "priority_classes": [p for _n, p in PRIORITIES],
+            "fair_sharing": fair,
         },
         "snapshot_build_s": build_s,
         "decision_all": stats_ms(all_times),
@@ -215,9 +229,24 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     ap.add_argument("--pending", type=int, default=1_000)
     ap.add_argument("--passes", type=int, default=5, help="admission passes to time")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "quota.json"))
+    ap.add_argument(
+        "--fair-sharing",
+        action="store_true",
+        help="Kueue's fair sharing on (writes quota-fair-sharing.json unless --out)",
+    )
+    ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    result = run(args.cohorts, args.queues, args.admitted, args.pending, args.passes, args.seed)
+    name = "quota-fair-sharing.json" if args.fair_sharing else "quota.json"
+    out = args.out or str(Path(__file__).parent / "results" / name)
+    result = run(
+        args.cohorts,
+        args.queues,
+        args.admitted,
+        args.pending,
+        args.passes,
+        args.seed,
+        args.fair_sharing,
+    )
 
     shape = result["shape"]
     assert isinstance(shape, dict)
@@ -225,6 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         f"quota benchmark: {shape['cohorts']} cohorts x "
         f"{shape['cluster_queues'] // shape['cohorts']} "
         f"ClusterQueues, {shape['admitted']} admitted, {shape['pending']} pending"
+        + (", fair sharing" if shape["fair_sharing"] else "")
     )
     print(f"{'measure':<34}{'n':>6}{'p50 ms':>12}{'p99 ms':>10}{'max ms':>10}")
     for label, key in (
@@ -244,7 +274,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         f"peak traced memory: {result['peak_traced_mib']:.0f} MiB; "
         f"max RSS: {result['max_rss_mib']:.0f} MiB"
     )
-    write_result(args.out, result)
+    write_result(out, result)
     return result
 
 

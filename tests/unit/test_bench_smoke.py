@@ -14,7 +14,8 @@ from bench import victims as bench_victims
 pytestmark = pytest.mark.unit
 
 
-def test_quota_bench_runs_and_writes_results(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fair", [False, True])
+def test_quota_bench_runs_and_writes_results(tmp_path: Path, fair: bool) -> None:
     out = tmp_path / "quota.json"
     args = [
         "--cohorts",
@@ -28,8 +29,9 @@ def test_quota_bench_runs_and_writes_results(tmp_path: Path) -> None:
         "--passes",
         "1",
     ]
-    bench_quota.main([*args, "--out", str(out)])
+    bench_quota.main([*args, *(["--fair-sharing"] if fair else []), "--out", str(out)])
     result = json.loads(out.read_text())
+    assert result["shape"]["fair_sharing"] is fair
     assert result["shape"]["cluster_queues"] == 10
     assert result["shape"]["admitted"] > 300
     assert result["decision_all"]["n"] == 20

@@ -23,9 +23,10 @@ while it still fits. Nothing fits: no victims.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 
-from gangpreempt.model.queues import LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, NEVER
+from gangpreempt.model.queues import LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LOWER_PRIORITY, NEVER
 from gangpreempt.preemption.candidates import (
     IN_CLUSTER_QUEUE,
     IN_COHORT_RECLAMATION,
@@ -46,33 +47,70 @@ def _candidate_order(aw: AdmittedWorkload, own: str) -> tuple[bool, bool, int, f
     return (not aw.evicting, aw.cq == own, aw.priority, -aw.reserved_ts, aw.uid)
 
 
+OrderKey = tuple[bool, bool, int, float, str]
+
+
+class _Stream:
+    """A queue's candidates in Kueue's order, read lazily, with one to peek at (and its
+    order key, for ties between queues)."""
+
+    __slots__ = ("_head", "_it", "_own", "head_key")
+
+    def __init__(self, items: Iterator[AdmittedWorkload], own: str) -> None:
+        self._it = items
+        self._own = own
+        self._head: AdmittedWorkload | None = None
+        self.head_key: OrderKey | None = None
+        self._advance()
+
+    def _advance(self) -> None:
+        self._head = head = next(self._it, None)
+        self.head_key = _candidate_order(head, self._own) if head is not None else None
+
+    def __bool__(self) -> bool:
+        return self._head is not None
+
+    def first(self) -> AdmittedWorkload:
+        assert self._head is not None
+        return self._head
+
+    def pop(self) -> AdmittedWorkload:
+        head = self.first()
+        self._advance()
+        return head
+
+
 class _Ordering:
     """Target queues by share, descending the cohort tree from the root each time."""
 
-    def __init__(
-        self,
-        fair: FairSearch,
-        candidates: dict[str, list[AdmittedWorkload]],
-    ) -> None:
+    def __init__(self, fair: FairSearch, candidates: dict[str, _Stream]) -> None:
         self.fair = fair
-        self.remaining = {name: list(reversed(c)) for name, c in candidates.items() if c}
+        self.remaining = {name: c for name, c in candidates.items() if c}
         self.pruned: set[int] = set()
+        self._children: dict[int, tuple[list[Node], list[Node]]] = {}
 
     def pop(self, cq: Node) -> AdmittedWorkload:
         return self.remaining[cq.name].pop()
 
     def has(self, cq: Node) -> bool:
-        return bool(self.remaining.get(cq.name))
+        stream = self.remaining.get(cq.name)
+        return stream is not None and bool(stream)
 
     def first(self, cq: Node) -> AdmittedWorkload:
-        return self.remaining[cq.name][-1]
+        return self.remaining[cq.name].first()
+
+    def _head_key(self, cq: Node) -> OrderKey:
+        key = self.remaining[cq.name].head_key
+        assert key is not None
+        return key
 
     def drop(self, cq: Node) -> None:
         self.pruned.add(id(cq))
 
-    def drain(self, cq: Node) -> list[AdmittedWorkload]:
-        out = list(reversed(self.remaining.pop(cq.name, [])))
-        return out
+    def drain(self, cq: Node) -> AdmittedWorkload | None:
+        """Take the queue out of this pass; its first remaining candidate, if any."""
+        stream = self.remaining.pop(cq.name, None)
+        return stream.first() if stream else None
 
     def __iter__(self) -> Iterator[Node]:
         own = self.fair.own
@@ -86,44 +124,57 @@ class _Ordering:
             if target is not None:
                 yield target
 
+    def _live(self, cohort: Node) -> tuple[list[Node], list[Node]]:
+        """The child queues with candidates and the child cohorts not pruned yet."""
+        found = self._children.get(id(cohort))
+        if found is None:
+            cqs, cohorts = self.fair.children(cohort)
+            found = self._children[id(cohort)] = (
+                [c for c in cqs if self.has(c)],
+                list(cohorts),
+            )
+        return found
+
     def _next(self, cohort: Node) -> Node | None:
         fair = self.fair
+        cqs, cohorts = self._live(cohort)
         best_cq: Node | None = None
-        best_cq_drs = NEGATIVE
-        for child in sorted(cohort.child_cqs, key=lambda n: n.name):
-            if id(child) in self.pruned:
-                continue
-            if not self.has(child):
+        best_cq_key = NEGATIVE.key
+        dropped = False
+        for child in cqs:
+            if id(child) in self.pruned or not self.has(child):
                 self.pruned.add(id(child))
+                dropped = True
                 continue
             drs = fair.share(child)
             if drs.is_zero and child is not fair.own:
                 self.pruned.add(id(child))
+                dropped = True
                 continue
-            c = compare(drs, best_cq_drs)
-            if c > 0 or (
-                c == 0
+            key = drs.key
+            if key > best_cq_key or (
+                key == best_cq_key
                 and best_cq is not None
-                and fair.order(self.first(child)) < fair.order(self.first(best_cq))
+                and self._head_key(child) < self._head_key(best_cq)
             ):
-                best_cq, best_cq_drs = child, drs
+                best_cq, best_cq_key = child, key
+        if dropped:
+            cqs[:] = [c for c in cqs if id(c) not in self.pruned]
         best_cohort: Node | None = None
-        best_cohort_drs = NEGATIVE
-        for child in sorted(cohort.child_cohorts, key=lambda n: n.name):
+        best_cohort_key = NEGATIVE.key
+        for child in cohorts:
             if id(child) in self.pruned:
                 continue
             drs = fair.share(child)
             if drs.is_zero and id(child) not in fair.own_path:
                 self.pruned.add(id(child))
                 continue
-            if compare(drs, best_cohort_drs) >= 0:
-                best_cohort, best_cohort_drs = child, drs
+            if drs.key >= best_cohort_key:
+                best_cohort, best_cohort_key = child, drs.key
         if best_cq is None and best_cohort is None:
             self.pruned.add(id(cohort))
             return None
-        if best_cohort is not None and (
-            best_cq is None or compare(best_cohort_drs, best_cq_drs) >= 0
-        ):
+        if best_cohort is not None and (best_cq is None or best_cohort_key >= best_cq_key):
             return self._next(best_cohort)
         return best_cq
 
@@ -137,12 +188,36 @@ class FairSearch:
         self.own = req.cq.node
         self.own_path = {id(n) for n in self.own.path_to_root()}
         self._lendable: dict[int, dict[str, int]] = {}
+        self._shares: dict[int, DRS] = {}  # per node, until its usage changes
+        self._children: dict[int, tuple[list[Node], list[Node]]] = {}
         self.targets: list[Target] = []
 
     # -- shares ----------------------------------------------------------------------------
 
     def share(self, node: Node) -> DRS:
+        found = self._shares.get(id(node))
+        if found is None:
+            found = self._shares[id(node)] = dominant_resource_share(node, self._lendable)
+        return found
+
+    def share_now(self, node: Node) -> DRS:
+        """Not cached: the usage is about to change back."""
         return dominant_resource_share(node, self._lendable)
+
+    def changed(self, node: Node) -> None:
+        """``node``'s usage changed, and so did its ancestors'."""
+        self._shares.pop(id(node), None)
+        for ancestor in node.path_to_root():
+            self._shares.pop(id(ancestor), None)
+
+    def children(self, cohort: Node) -> tuple[list[Node], list[Node]]:
+        found = self._children.get(id(cohort))
+        if found is None:
+            found = self._children[id(cohort)] = (
+                sorted(cohort.child_cqs, key=lambda n: n.name),
+                sorted(cohort.child_cohorts, key=lambda n: n.name),
+            )
+        return found
 
     def order(self, aw: AdmittedWorkload) -> tuple[bool, bool, int, float, str]:
         return _candidate_order(aw, self.req.cq.name)
@@ -157,33 +232,40 @@ class FairSearch:
 
     # -- the search ------------------------------------------------------------------------
 
-    def candidates(self) -> dict[str, list[AdmittedWorkload]]:
-        req, snap = self.req, self.snapshot
+    def candidates(self) -> dict[str, _Stream]:
+        req = self.req
         policy = req.cq.spec.preemption
-        classify = Classifier(req)
-        out: dict[str, list[AdmittedWorkload]] = {}
-
-        def usable(cq: ClusterQueueState, rule: str) -> list[AdmittedWorkload]:
-            found = [
-                aw
-                for aw in cq.workloads.values()
-                if aw.key not in snap.pinned
-                and aw.frs & req.frs
-                and classify.satisfies_policy(aw, rule)
-            ]
-            return sorted(found, key=self.order)
-
+        out: dict[str, _Stream] = {}
         if policy.within_cluster_queue != NEVER:
-            out[req.cq.name] = usable(req.cq, policy.within_cluster_queue)
+            out[req.cq.name] = _Stream(
+                self._stream(req.cq, policy.within_cluster_queue), req.cq.name
+            )
         if self.own.parent is not None and policy.reclaim_within_cohort != NEVER:
-            for cq in snap.cluster_queues_in_tree(req.cq):
+            for cq in self.snapshot.cluster_queues_in_tree(req.cq):
                 node = cq.node
                 if cq is req.cq or not any(
                     node.usage.get(fr, 0) > node.subtree_quota.get(fr, 0) for fr in req.frs
                 ):
                     continue
-                out[cq.name] = usable(cq, policy.reclaim_within_cohort)
+                out[cq.name] = _Stream(self._stream(cq, policy.reclaim_within_cohort), req.cq.name)
         return {name: c for name, c in out.items() if c}
+
+    def _stream(self, cq: ClusterQueueState, rule: str) -> Iterator[AdmittedWorkload]:
+        """The workloads of ``cq`` that use a needed flavor-resource and the policy allows,
+        evicting first, each group in the queue's index order (lower priority, most
+        recently admitted, uid): read from the sorted indexes, as far as asked."""
+        classify = Classifier(self.req)
+        bound = self.req.preemptor.priority
+        for evicting in (True, False):
+            lists = cq.using(self.req.frs, evicting)
+            merged: Iterator[AdmittedWorkload] = (
+                iter(lists[0]) if len(lists) == 1 else _unique(heapq.merge(*lists, key=_index))
+            )
+            for aw in merged:
+                if rule == LOWER_PRIORITY and aw.priority >= bound:
+                    break  # sorted by priority: nothing further is lower
+                if classify.satisfies_policy(aw, rule):
+                    yield aw
 
     def fits(self) -> bool:
         """Does the incoming workload fit (its own simulated usage set aside)?"""
@@ -195,6 +277,7 @@ class FairSearch:
 
     def take(self, aw: AdmittedWorkload, reason: str) -> None:
         self.snapshot.remove(aw)
+        self.changed(self.snapshot.cqs[aw.cq].node)
         self.targets.append(Target(aw, reason))
 
     def run(self) -> list[Target]:
@@ -203,6 +286,7 @@ class FairSearch:
             return []
         snap, usage = self.snapshot, self.req.usage
         snap.put_back(self.own, usage)  # every share counts the incoming workload
+        self.changed(self.own)
         try:
             done = self._first_pass(candidates)
         finally:
@@ -216,14 +300,16 @@ class FairSearch:
             snap.restore(t.aw)
         return kept
 
-    def _first_pass(self, candidates: dict[str, list[AdmittedWorkload]]) -> bool:
+    def _first_pass(self, candidates: dict[str, _Stream]) -> bool:
         node = self.own
         within_nominal = all(
             node.usage.get(fr, 0) <= node.subtree_quota.get(fr, 0) for fr in self.req.frs
         )
         strategies = self.snapshot.fair_strategies
         first = strategies[0] if strategies else LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
-        retry: list[AdmittedWorkload] = []
+        # What the first strategy refused, per queue, in candidate order: only the first
+        # of each queue can matter to the second pass (it takes one per queue).
+        retry: dict[str, AdmittedWorkload] = {}
         ordering = _Ordering(self, candidates)
         for target in ordering:
             if target is self.own:
@@ -238,36 +324,50 @@ class FairSearch:
                 continue
             mine, theirs = self._below_lca(target)
             p_new, t_old = self.share(mine), self.share(theirs)
-            if p_new.zero_weight_borrows and not t_old.zero_weight_borrows:
-                retry.extend(ordering.drain(target))  # no strategy can hold: second pass
+            if (p_new.zero_weight_borrows and not t_old.zero_weight_borrows) or compare(
+                p_new, t_old
+            ) > (0 if first == LESS_THAN_OR_EQUAL_TO_FINAL_SHARE else -1):
+                # No victim of this queue can pass: a victim leaving only lowers the
+                # target's share, and the preemptor is already above it (or, for
+                # LessThanInitialShare, not below it). All go to the second pass.
+                drained = ordering.drain(target)
+                if drained is not None:
+                    retry.setdefault(target.name, drained)
                 continue
+            refused: set[tuple[tuple[tuple[str, str], int], ...]] = set()
             while ordering.has(target):
                 aw = ordering.pop(target)
-                self.snapshot.remove(aw)
-                t_new = self.share(theirs)
-                self.snapshot.restore(aw)
-                ok = (
-                    compare(p_new, t_new) <= 0
-                    if first == LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
-                    else compare(p_new, t_old) < 0
-                )
+                # Workloads of one shape pass or fail alike while the shares stand.
+                shape = tuple(sorted(aw.usage.items()))
+                if shape in refused:
+                    retry.setdefault(target.name, aw)
+                    continue
+                if first != LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
+                    ok = compare(p_new, t_old) < 0
+                else:
+                    if theirs is target:  # its usage is its own: the tree stays as it is
+                        t_new = dominant_resource_share(theirs, self._lendable, aw.usage)
+                    else:
+                        self.snapshot.remove(aw)
+                        t_new = self.share_now(theirs)
+                        self.snapshot.restore(aw)
+                    ok = compare(p_new, t_new) <= 0
                 if ok:
                     self.take(aw, IN_COHORT_FAIR_SHARING)
                     if self.fits():
                         return True
                     break  # shares changed: back to the ordering
-                retry.append(aw)
+                refused.add(shape)
+                retry.setdefault(target.name, aw)
         if len(strategies) < 2 or not retry:
             return False
         return self._second_pass(retry)
 
-    def _second_pass(self, retry: list[AdmittedWorkload]) -> bool:
+    def _second_pass(self, retry: dict[str, AdmittedWorkload]) -> bool:
         """``LessThanInitialShare`` over what the first strategy refused, at most one
-        victim per queue."""
-        grouped: dict[str, list[AdmittedWorkload]] = {}
-        for aw in retry:
-            grouped.setdefault(aw.cq, []).append(aw)
-        ordering = _Ordering(self, {cq: sorted(ws, key=self.order) for cq, ws in grouped.items()})
+        victim per queue (its first refused candidate)."""
+        own = self.req.cq.name
+        ordering = _Ordering(self, {cq: _Stream(iter([aw]), own) for cq, aw in retry.items()})
         for target in ordering:
             mine, theirs = self._below_lca(target)
             p_new, t_old = self.share(mine), self.share(theirs)
@@ -297,6 +397,19 @@ class FairSearch:
         """``fits`` once the incoming workload's simulated usage is gone."""
         node = self.own
         return all(v <= cq_available(node, fr) for fr, v in self.req.usage.items())
+
+
+def _index(aw: AdmittedWorkload) -> tuple[int, float, str]:
+    return aw.order_key
+
+
+def _unique(items: Iterator[AdmittedWorkload]) -> Iterator[AdmittedWorkload]:
+    """A workload using several needed flavor-resources is in several indexes: once."""
+    seen: set[str] = set()
+    for aw in items:
+        if aw.key not in seen:
+            seen.add(aw.key)
+            yield aw
 
 
 def _child_toward(node: Node, ancestor: Node | None) -> Node:

@@ -15,7 +15,7 @@ them up only for its status.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from gangpreempt.quota.tree import FR, Node, potential_available
 
@@ -25,7 +25,7 @@ SCALE = 1000.0
 class DRS:
     """A node's dominant resource share, and which flavor-resources it borrows."""
 
-    __slots__ = ("borrowed_frs", "borrowing", "dominant", "ratio", "weight")
+    __slots__ = ("_key", "borrowed_frs", "borrowing", "dominant", "ratio", "weight")
 
     def __init__(
         self,
@@ -40,6 +40,7 @@ class DRS:
         self.borrowing = borrowing
         self.dominant = dominant
         self.borrowed_frs = borrowed_frs
+        self._key: tuple[int, float] | None = None
 
     @property
     def zero_weight_borrows(self) -> bool:
@@ -65,6 +66,19 @@ class DRS:
         return max(1 if self.ratio else 0, math.ceil(self.precise()))
 
     @property
+    def key(self) -> tuple[int, float]:
+        """Orders shares as ``compare`` does: zero-weight borrowers above everything, by
+        their unweighted ratio."""
+        if self._key is None:
+            if self.zero_weight_borrows:
+                self._key = (2, self.ratio)
+            elif self.ratio < 0:
+                self._key = (0, self.ratio)  # NEGATIVE: below every share
+            else:
+                self._key = (1, self.precise())
+        return self._key
+
+    @property
     def is_zero(self) -> bool:
         return self.ratio == 0
 
@@ -81,13 +95,7 @@ NEGATIVE = DRS(ratio=-1.0)  # below every share
 def compare(a: DRS, b: DRS) -> int:
     """-1, 0, 1 as ``a`` is below, equal to, above ``b`` (two zero-weight borrowers by
     their unweighted ratio)."""
-    if a.zero_weight_borrows and b.zero_weight_borrows:
-        return (a.ratio > b.ratio) - (a.ratio < b.ratio)
-    if a.zero_weight_borrows:
-        return 1
-    if b.zero_weight_borrows:
-        return -1
-    x, y = (-1.0 if a is NEGATIVE else a.precise()), (-1.0 if b is NEGATIVE else b.precise())
+    x, y = a.key, b.key
     return (x > y) - (x < y)
 
 
@@ -100,9 +108,14 @@ def lendable(parent: Node) -> dict[str, int]:
     return out
 
 
-def dominant_resource_share(node: Node, cache: dict[int, dict[str, int]] | None = None) -> DRS:
-    """The node's share now (its usage as the snapshot holds it). ``cache`` keeps the
-    lendable amounts per parent (they depend on quotas only)."""
+def dominant_resource_share(
+    node: Node,
+    cache: dict[int, dict[str, int]] | None = None,
+    minus: Mapping[FR, int] | None = None,
+) -> DRS:
+    """The node's share now (its usage as the snapshot holds it, less ``minus``: for a
+    ClusterQueue, a workload of its own taken away). ``cache`` keeps the lendable
+    amounts per parent (they depend on quotas only)."""
     parent = node.parent
     if parent is None:
         return DRS(weight=node.weight)
@@ -110,6 +123,8 @@ def dominant_resource_share(node: Node, cache: dict[int, dict[str, int]] | None 
     frs: set[FR] = set()
     for fr, quota in node.subtree_quota.items():
         over = node.usage.get(fr, 0) - quota
+        if minus:
+            over -= minus.get(fr, 0)
         if over > 0:
             borrowed[fr[1]] = borrowed.get(fr[1], 0) + over
             frs.add(fr)
