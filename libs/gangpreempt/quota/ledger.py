@@ -21,7 +21,14 @@ from gangpreempt.quota.tree import Quantities
 
 # Changes to these kinds reshape the tree or priorities: the snapshot is rebuilt.
 STRUCTURAL = frozenset(
-    {"ClusterQueue", "Cohort", "ResourceFlavor", "WorkloadPriorityClass", "PriorityClass"}
+    {
+        "ClusterQueue",
+        "Cohort",
+        "ResourceFlavor",
+        "WorkloadPriorityClass",
+        "PriorityClass",
+        "KueueConfiguration",
+    }
 )
 
 
