@@ -15,6 +15,7 @@ from gangpreempt.model.pods import CAN_PREEMPT_LABEL, NEVER, Pod, PodGroup
 from gangpreempt.placement.cluster import NodeCluster, add_into
 from gangpreempt.placement.gang import Shape, shapes_of
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim, plural
+from gangpreempt.preemption.capacity import CapacityQuotas, koordinator_quotas, search_capacity
 from gangpreempt.preemption.gang import GangSearch, best, domains
 from gangpreempt.preemption.jobquota import JobQuota, non_preemptible, quota_of
 from gangpreempt.preemption.single import fits_now, nominated_usage, search_single
@@ -70,6 +71,8 @@ class NodePlanner:
         self.use_columns = True  # the gang search's column path where it applies
         self.promised: set[str] = set()  # units (refs) already chosen as victims
         self._members_by_quota: dict[str, list[Pod]] | None = None
+        self._capacity: bool | None = None
+        self._capacity_state: CapacityQuotas | None = None
 
     # -- preemptors -----------------------------------------------------------------------
 
@@ -149,9 +152,62 @@ class NodePlanner:
         blocked = self._blocked(pre)
         if blocked is not None:
             return self._decision(pre, quota, "NoFit", PENDING, [], {}, blocked)
+        if not pre.is_gang and self._capacity_scheduling():
+            return self._decide_capacity(pre)
         if pre.is_gang or quota is not None:
             return self._decide_gang(pre, quota)
         return self._decide_single(pre)
+
+    def _capacity_scheduling(self) -> bool:
+        """ElasticQuotas that are scheduler-plugins CapacityScheduling's (no pod speaks
+        Koordinator's quota labels)."""
+        if self._capacity is None:
+            self._capacity = bool(self.state.elastic_quotas) and not koordinator_quotas(self.state)
+        return self._capacity
+
+    def _decide_capacity(self, pre: Preemptor) -> Decision:
+        """A lone pod under CapacityScheduling (``preemption.capacity``)."""
+        pod = pre.pods[0]
+        quotas = self._capacity_quotas()
+        eq = quotas.quota(pod.namespace)
+
+        def out(
+            mode: str, outcome: str, victims: list[Unit], placement: dict[str, str], message: str
+        ) -> Decision:
+            d = self._decision(pre, None, mode, outcome, victims, placement, message)
+            return msgspec.structs.replace(d, queue=eq.ref if eq is not None else "")
+
+        refusal = quotas.admits(pod)
+        if refusal is None:
+            node = fits_now(self.cluster, pod, pre.priority)
+            if node is not None:
+                return out("Fit", ADMIT, [], {pod.ref: node}, f"fits on node {node}")
+        blocked = self._may_preempt(pre)
+        why = refusal or "does not fit on any node"
+        if blocked is not None:
+            return out("NoFit", PENDING, [], {}, f"{why} and {blocked}")
+        found, evaluated = search_capacity(
+            self.cluster, self.table, quotas, pod, pre.priority, self._own_units(pre)
+        )
+        if found is None:
+            rule = (
+                "only lower-priority pods of its own namespace may go (its quota would be "
+                "over min), or pods of quotas over their min (within its min)"
+                if eq is not None
+                else "only lower-priority pods without an ElasticQuota may go"
+            )
+            return out(
+                "NoFit",
+                PENDING,
+                [],
+                {},
+                f"{why}, and no node would take it after preemption as CapacityScheduling "
+                f"allows ({rule}; {plural(evaluated, 'node')} evaluated)",
+            )
+        message = f"preempts {plural(len(found.victims), 'unit')} on node {found.node}" + (
+            f" ({found.violations} PDB violations)" if found.violations else ""
+        )
+        return out("Preempt", PREEMPT, found.victims, {pod.ref: found.node}, message)
 
     def _quota(self, pre: Preemptor) -> JobQuota | None:
         if not pre.pods:
@@ -203,12 +259,14 @@ class NodePlanner:
         where lower-priority pods are still terminating waits for them."""
         for pod in pre.pods:
             node = self.cluster.by_name.get(pod.nominated_node) if pod.nominated_node else None
-            if node is None:
+            if node is None or node.name not in self.cluster.allowed_names(pod.scheduling):
+                # No nominated node, or one the pod can never run on (a selector, a taint
+                # it does not tolerate: UnschedulableAndUnresolvable): nothing to wait for.
                 continue
             terminating = [
                 p
                 for p in node.pods
-                if p.terminating and self.cluster.preemption_priority(p) < pre.priority
+                if p.terminating and self._worth_waiting_for(pod, p, pre.priority)
             ]
             if terminating:
                 return (
@@ -217,6 +275,31 @@ class NodePlanner:
                     "waiting for them instead of preempting more"
                 )
         return None
+
+    def _worth_waiting_for(self, pod: Pod, leaving: Pod, priority: int) -> bool:
+        """Does the preemptor wait for this terminating pod on its nominated node?
+        kube-scheduler: any of lower priority. CapacityScheduling: a pod with a quota
+        waits for a lower-priority one of its namespace, or (within its min) for one of
+        a quota over its min; a pod without a quota for a lower-priority one without."""
+        lower = self.cluster.preemption_priority(leaving) < priority
+        if not self._capacity_scheduling():
+            return lower
+        quotas = self._capacity_quotas()
+        mine, theirs = quotas.quota(pod.namespace), quotas.quota(leaving.namespace)
+        if mine is None:
+            return theirs is None and lower
+        if theirs is None:
+            return False
+        if leaving.namespace == pod.namespace:
+            return lower
+        return not quotas.over_min_with(
+            pod.namespace, pod.requests, quotas.used
+        ) and quotas.over_min(leaving.namespace, quotas.used)
+
+    def _capacity_quotas(self) -> CapacityQuotas:
+        if self._capacity_state is None:
+            self._capacity_state = CapacityQuotas(self.state)
+        return self._capacity_state
 
     def _may_preempt(self, pre: Preemptor) -> str | None:
         waiting = self._victims_terminating(pre)

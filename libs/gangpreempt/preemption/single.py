@@ -76,7 +76,7 @@ def nominated_usage(
     return out
 
 
-def _free(
+def free_with_nominated(
     view: NodeView, demand: dict[str, int], nominated: dict[str, dict[str, int]]
 ) -> dict[str, int]:
     avail = view.avail
@@ -98,7 +98,7 @@ def fits_now(cluster: NodeCluster, pod: Pod, priority: int) -> str | None:
         view = cluster.nodes[i]
         if view.name not in allowed:
             continue
-        if not nominated or fits(demand, _free(view, demand, nominated)):
+        if not nominated or fits(demand, free_with_nominated(view, demand, nominated)):
             return view.name
     return None
 
@@ -176,7 +176,9 @@ def search_single(
         if not units:
             continue
         evaluated += 1
-        cand = select_on_node(view, order, demand, _free(view, demand, nominated), units, table)
+        cand = select_on_node(
+            view, order, demand, free_with_nominated(view, demand, nominated), units, table
+        )
         if cand is None:
             continue
         found.append(cand)
@@ -193,6 +195,7 @@ __all__ = [
     "NodeCandidate",
     "candidate_limit",
     "fits_now",
+    "free_with_nominated",
     "nominated_usage",
     "search_single",
     "select_on_node",
