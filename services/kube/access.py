@@ -25,6 +25,7 @@ class Resource(NamedTuple):
 # What ingest reads, in publish order (the kinds others depend on first). The versions
 # served are found by discovery; a group or kind not installed is skipped.
 NODES = Resource("", "nodes", "Node", namespaced=False)
+NAMESPACES = Resource("", "namespaces", "Namespace", namespaced=False)
 PODS = Resource("", "pods", "Pod")
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "priorityclasses", "PriorityClass", False)
 PDBS = Resource("policy", "poddisruptionbudgets", "PodDisruptionBudget")
@@ -44,6 +45,7 @@ PLUGIN_POD_GROUPS = tuple(Resource(g, "podgroups", "PodGroup") for g in PLUGINS_
 ELASTIC_QUOTAS = tuple(Resource(g, "elasticquotas", "ElasticQuota") for g in PLUGINS_GROUPS)
 
 WATCHED: tuple[Resource, ...] = (
+    NAMESPACES,
     PRIORITY_CLASSES,
     RESOURCE_FLAVORS,
     COHORTS,

@@ -41,6 +41,7 @@ class Kind:
 
 
 CORE = [
+    Kind("", "v1", "namespaces", "Namespace", False),
     Kind("", "v1", "nodes", "Node", False, True),
     Kind("", "v1", "pods", "Pod", True, True),
     Kind("", "v1", "events", "Event"),

@@ -42,6 +42,7 @@ def queues() -> list[dict[str, Any]]:
             "kind": "ClusterQueue",
             "metadata": {"name": "cq"},
             "spec": {
+                "namespaceSelector": {},
                 "preemption": {"withinClusterQueue": "LowerPriority"},
                 "resourceGroups": [
                     {

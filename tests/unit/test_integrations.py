@@ -40,6 +40,7 @@ apiVersion: kueue.x-k8s.io/v1beta1
 kind: ClusterQueue
 metadata: {name: cq}
 spec:
+  namespaceSelector: {}
   preemption: {withinClusterQueue: LowerPriority}
   resourceGroups:
   - coveredResources: [cpu, memory]
@@ -407,3 +408,43 @@ def test_pod_kind_workload_means_its_kueue_workload(tmp_path: Path) -> None:
         "Pod/ml/solo",
         "Admit",
     )
+
+
+# -- a ClusterQueue's namespaceSelector ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("selector", "namespace", "admitted", "said"),
+    [
+        ("", "", False, "no namespaceSelector, which selects no namespace"),
+        ("  namespaceSelector: {}\n", "", True, ""),
+        ("  namespaceSelector: {matchLabels: {team: ml}}\n", "team: ml", True, ""),
+        ("  namespaceSelector: {matchLabels: {team: ml}}\n", "team: web", False, "doesn't match"),
+        ("  namespaceSelector: {matchLabels: {team: ml}}\n", None, False, "is not in the input"),
+        (
+            "  namespaceSelector: {matchExpressions: [{key: kubernetes.io/metadata.name, "
+            "operator: In, values: [ml]}]}\n",
+            None,
+            True,
+            "",
+        ),
+    ],
+)
+def test_namespace_selector_decides_which_namespaces_a_queue_admits(
+    tmp_path: Path, selector: str, namespace: str | None, admitted: bool, said: str
+) -> None:
+    """As Kueue: no selector selects nothing, ``{}`` everything; a Namespace not in the
+    input has only the label every namespace gets."""
+    queues = QUEUES.replace("  namespaceSelector: {}\n", selector)
+    if namespace is not None:
+        labels = f"{{{namespace}}}" if namespace else "{}"
+        queues += (
+            f"---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: ml, labels: {labels}}}\n"
+        )
+    cluster = write(tmp_path, "cluster.yaml", queues)
+    mine = write(tmp_path, "job.yaml", job(parallelism=1))
+    code, doc, err = plan("-f", cluster, "-f", mine, "--workload", "Job/ml/my-job")
+    assert code == 0, err
+    [d] = doc["decisions"]
+    assert d["outcome"] == ("Admit" if admitted else "Pending"), d["message"]
+    assert said in d["message"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gangpreempt.manifests.fields import Fields
 from gangpreempt.manifests.kueueconfig import fair_weight
+from gangpreempt.manifests.nodes import label_selector
 from gangpreempt.manifests.podspec import constraints, pod_requests, taints, tolerations
 from gangpreempt.model.queues import (
     ANY,
@@ -141,6 +142,11 @@ def cluster_queue(name: str, spec: Fields) -> ClusterQueue:
         flavor_fungibility=_fungibility(spec),
         stop_policy=spec.enum("stopPolicy", STOP_POLICIES, "None"),
         fair_weight=fair_weight(spec),
+        namespace_selector=(
+            label_selector(spec.map("namespaceSelector"))
+            if spec.raw("namespaceSelector") is not None
+            else None
+        ),
     )
 
 

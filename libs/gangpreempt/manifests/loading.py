@@ -24,7 +24,7 @@ from gangpreempt.manifests.yamlio import (
     yaml_files,
 )
 from gangpreempt.model.cluster import ClusterState
-from gangpreempt.model.pods import UNIT_GROUP, PodGroup
+from gangpreempt.model.pods import UNIT_GROUP, Namespace, PodGroup
 from gangpreempt.model.workloads import WORKLOAD_PRIORITY_CLASS
 
 _QUEUE_LABEL = integrations.QUEUE_LABEL
@@ -40,6 +40,7 @@ CLUSTER_SCOPED = {
     "WorkloadPriorityClass",
     "PriorityClass",
     "Node",
+    "Namespace",
 }
 PLUGINS_GROUPS = ("scheduling.x-k8s.io/v1alpha1", "scheduling.sigs.k8s.io/v1alpha1")
 GANG_API_PREFIX = "scheduling.k8s.io/v1alpha"
@@ -371,6 +372,10 @@ class _Reader:
                 where,
             )
             return
+        elif api_version == "v1" and kind == "Namespace":
+            labels = meta.text_map("labels")
+            self._put(st.namespaces, name, Namespace(name=name, labels=labels), where)
+            return
         elif api_version == "v1" and kind in ("Node", "Pod"):
             status = top.map_or_empty("status")
             if kind == "Node":
@@ -613,7 +618,7 @@ def reads(api_version: str, kind: str) -> bool:
     if api_version == "scheduling.k8s.io/v1":
         return kind == "PriorityClass"
     if api_version == "v1":
-        return kind in ("Node", "Pod")
+        return kind in ("Node", "Pod", "Namespace")
     if api_version == "policy/v1":
         return kind == "PodDisruptionBudget"
     if api_version in PLUGINS_GROUPS:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import msgspec
 
-from gangpreempt.model.pods import ElasticQuota, Node, Pod, PodDisruptionBudget, PodGroup
+from gangpreempt.model.pods import (
+    METADATA_NAME_LABEL,
+    ElasticQuota,
+    Namespace,
+    Node,
+    Pod,
+    PodDisruptionBudget,
+    PodGroup,
+)
 from gangpreempt.model.queues import (
     ClusterQueue,
     Cohort,
@@ -35,12 +43,20 @@ class ClusterState(msgspec.Struct):
     pod_groups: dict[str, PodGroup] = msgspec.field(default_factory=dict)
     pdbs: dict[str, PodDisruptionBudget] = msgspec.field(default_factory=dict)
     elastic_quotas: dict[str, ElasticQuota] = msgspec.field(default_factory=dict)
+    namespaces: dict[str, Namespace] = msgspec.field(default_factory=dict)
     # Kueue's manager Configuration (one, under ``KUEUE_CONFIGURATION``), when given.
     kueue_configurations: dict[str, KueueConfiguration] = msgspec.field(default_factory=dict)
 
     def gang_workload(self, key: str) -> tuple[str, ...]:
         """The pod groups of a scheduling.k8s.io Workload (``namespace/name``), by key."""
         return tuple(sorted(k for k, pg in self.pod_groups.items() if pg.workload == key))
+
+    def namespace_labels(self, name: str) -> dict[str, str]:
+        """A namespace's labels; one not in the state has the label every namespace gets."""
+        ns = self.namespaces.get(name)
+        if ns is None:
+            return {METADATA_NAME_LABEL: name}
+        return {METADATA_NAME_LABEL: name, **ns.labels}
 
     def kueue_configuration(self) -> KueueConfiguration:
         return next(iter(self.kueue_configurations.values()), KueueConfiguration())

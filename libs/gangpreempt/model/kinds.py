@@ -8,7 +8,14 @@ from typing import Any
 import msgspec
 
 from gangpreempt.model.cluster import ClusterState
-from gangpreempt.model.pods import ElasticQuota, Node, Pod, PodDisruptionBudget, PodGroup
+from gangpreempt.model.pods import (
+    ElasticQuota,
+    Namespace,
+    Node,
+    Pod,
+    PodDisruptionBudget,
+    PodGroup,
+)
 from gangpreempt.model.queues import (
     ClusterQueue,
     Cohort,
@@ -23,6 +30,7 @@ from gangpreempt.model.workloads import Workload
 # kind -> (model type, ClusterState table)
 KINDS: dict[str, tuple[type[Any], str]] = {
     "KueueConfiguration": (KueueConfiguration, "kueue_configurations"),
+    "Namespace": (Namespace, "namespaces"),
     "ResourceFlavor": (ResourceFlavor, "flavors"),
     "ClusterQueue": (ClusterQueue, "cluster_queues"),
     "Cohort": (Cohort, "cohorts"),

@@ -45,6 +45,16 @@ class LabelSelector(msgspec.Struct, frozen=True):
         )
 
 
+METADATA_NAME_LABEL = "kubernetes.io/metadata.name"  # every Namespace carries it
+
+
+class Namespace(msgspec.Struct, frozen=True):
+    """A namespace and its labels (what a ClusterQueue's namespaceSelector selects)."""
+
+    name: str
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
 class Node(msgspec.Struct, frozen=True):
     name: str
     allocatable: dict[str, Quantity]
@@ -160,6 +170,7 @@ class ElasticQuota(msgspec.Struct, frozen=True):
 __all__ = [
     "CAN_PREEMPT_LABEL",
     "KUEUE_WORKLOAD_ANNOTATION",
+    "METADATA_NAME_LABEL",
     "NEVER",
     "PODS",
     "PREEMPTIBLE_LABEL",
@@ -170,6 +181,7 @@ __all__ = [
     "UNIT_POD",
     "ElasticQuota",
     "LabelSelector",
+    "Namespace",
     "Node",
     "Pod",
     "PodDisruptionBudget",

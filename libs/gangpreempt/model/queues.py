@@ -7,6 +7,7 @@ from __future__ import annotations
 import msgspec
 
 from gangpreempt.model.bounds import Priority, Quantity
+from gangpreempt.model.pods import LabelSelector
 from gangpreempt.model.scheduling import Taint, Toleration
 
 # Policy vocabularies (v1beta2 names; v1beta1's Borrow / Preempt map to MayStopSearch).
@@ -70,6 +71,9 @@ class ClusterQueue(msgspec.Struct, frozen=True):
     stop_policy: str = "None"
     # spec.fairSharing.weight (Kueue fair sharing): 0 is an infinite share when borrowing.
     fair_weight: float = 1.0
+    # spec.namespaceSelector: None is Kueue's nil selector, which selects no namespace (a
+    # manifest without one); the empty selector (the default here) selects every one.
+    namespace_selector: LabelSelector | None = LabelSelector()
 
 
 class Cohort(msgspec.Struct, frozen=True):

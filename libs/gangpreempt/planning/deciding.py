@@ -61,6 +61,24 @@ def unavailable(snapshot: Snapshot, pending: PendingWorkload) -> str | None:
         return f"ClusterQueue {lq.cluster_queue} not found"
     if cq.inactive_reason:
         return f"ClusterQueue {cq.name} is inactive: {cq.inactive_reason}"
+    selector = cq.spec.namespace_selector
+    if selector is None:
+        return (
+            f"namespace {wl.namespace} doesn't match ClusterQueue {cq.name}'s selector: it has "
+            "no namespaceSelector, which selects no namespace (set namespaceSelector: {} to "
+            "admit every namespace)"
+        )
+    if not selector.matches(state.namespace_labels(wl.namespace)):
+        known = (
+            ""
+            if wl.namespace in state.namespaces
+            else f" (Namespace {wl.namespace} is not in the input: only its "
+            "kubernetes.io/metadata.name label is known)"
+        )
+        return (
+            f"namespace {wl.namespace} doesn't match ClusterQueue {cq.name}'s "
+            f"namespaceSelector{known}"
+        )
     return None
 
 

@@ -113,7 +113,7 @@ def _plan(
     pending = PendingWorkload.of(state, wl, now)
     reason = unavailable(snapshot, pending)
     if reason is not None:
-        return Plan(now=rfc3339(now), decisions=[not_considered(pending, reason)])
+        return Plan(now=rfc3339(now), decisions=_owned(state, [not_considered(pending, reason)]))
     d = decision(evaluate(snapshot, pending))
     if state.pods and state.nodes:
         planner = NodePlanner(state, now, priority_search)
