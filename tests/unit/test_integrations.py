@@ -448,3 +448,38 @@ def test_namespace_selector_decides_which_namespaces_a_queue_admits(
     [d] = doc["decisions"]
     assert d["outcome"] == ("Admit" if admitted else "Pending"), d["message"]
     assert said in d["message"]
+
+
+# -- partial admission (minCount) ----------------------------------------------------------
+
+
+def test_partial_admission_takes_the_largest_count_that_fits_or_preempts(tmp_path: Path) -> None:
+    """Kueue's pod-set reducer: 12 pods of 1 CPU (at least 2) in 8 CPUs are admitted
+    as 8; with 6 of the 8 CPUs held by a lower-priority workload, 8 pods preempt it
+    rather than 2 pods fitting beside it."""
+    annotated = job(parallelism=12).replace(
+        "  labels:", "  annotations: {kueue.x-k8s.io/job-min-parallelism: '2'}\n  labels:"
+    )
+    cluster = write(tmp_path, "cluster.yaml", QUEUES)
+    mine = write(tmp_path, "job.yaml", annotated)
+    code, doc, err = plan("-f", cluster, "-f", mine, "--workload", "Job/ml/my-job")
+    assert code == 0, err
+    [d] = doc["decisions"]
+    assert d["outcome"] == "Admit"
+    assert "partially admitted: main 8 of 12 pods" in d["message"]
+    cluster = write(tmp_path, "cluster.yaml", QUEUES + "---" + RUNNING)
+    labels = "kueue.x-k8s.io/queue-name: q, kueue.x-k8s.io/priority-class: urgent"
+    mine = write(
+        tmp_path,
+        "job.yaml",
+        annotated.replace("{kueue.x-k8s.io/queue-name: q}", "{" + labels + "}"),
+    )
+    code, doc, err = plan("-f", cluster, "-f", mine, "--workload", "Job/ml/my-job")
+    assert code == 0, err
+    [d] = doc["decisions"]
+    assert (d["outcome"], [v["object"] for v in d["victims"]]) == ("Preempt", ["Workload/ml/old"])
+    assert "partially admitted: main 8 of 12 pods" in d["message"]
+    # Without a minCount nothing is reduced: the 12 pods can never fit in 8 CPUs.
+    code, doc, _ = plan("-f", cluster, "-f", write(tmp_path, "plain.yaml", job(parallelism=12)))
+    pending = [d for d in doc["decisions"] if d["preemptor"] == "Workload/ml/job-my-job"]
+    assert pending[0]["outcome"] == "Pending"

@@ -3,6 +3,8 @@ victim search when the assignment needs preemption."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gangpreempt.model.queues import ANY, NEVER
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim, plural
 from gangpreempt.preemption.candidates import IN_CLUSTER_QUEUE, Request
@@ -88,12 +90,56 @@ def evaluate(snapshot: Snapshot, pending: PendingWorkload) -> Evaluation:
     assert pending.cq is not None
     cq = snapshot.cqs[pending.cq]
     searches = Searches(snapshot)
-    assignment = FlavorAssigner(snapshot, cq, pending, oracle_for(snapshot, searches)).assign()
-    targets: list[Target] = []
-    if assignment.mode is Mode.Preempt:
-        req = Request(pending, cq, assignment.needing_preemption(), dict(assignment.usage))
-        targets = searches(req).targets
+    assigner = FlavorAssigner(snapshot, cq, pending, oracle_for(snapshot, searches))
+
+    def attempt(counts: dict[str, int] | None) -> tuple[Assignment, list[Target]]:
+        assignment = assigner.assign(counts)
+        targets: list[Target] = []
+        if assignment.mode is Mode.Preempt:
+            req = Request(pending, cq, assignment.needing_preemption(), dict(assignment.usage))
+            targets = searches(req).targets
+        return assignment, targets
+
+    assignment, targets = attempt(None)
+    if assignment.mode is not Mode.Fit and not targets:
+        partial = _partial_admission(pending, attempt)
+        if partial is not None:
+            assignment, targets = partial
     return Evaluation(pending, cq, assignment, targets)
+
+
+def _partial_admission(
+    pending: PendingWorkload,
+    attempt: Callable[[dict[str, int] | None], tuple[Assignment, list[Target]]],
+) -> tuple[Assignment, list[Target]] | None:
+    """Kueue's partial admission (its pod-set reducer): when the full counts neither fit
+    nor can preempt, pod sets with a ``minCount`` shrink together, each by its share of
+    the total reduction (rounded down), and a binary search finds the smallest reduction
+    that fits or can preempt."""
+    pod_sets = pending.pod_sets
+    deltas = [
+        ps.count - (ps.min_count if ps.min_count is not None else ps.count) for ps in pod_sets
+    ]
+    total = sum(deltas)
+    if total <= 0:
+        return None
+
+    def counts(step: int) -> dict[str, int]:
+        return {
+            ps.name: ps.count - d * step // total for ps, d in zip(pod_sets, deltas, strict=True)
+        }
+
+    found: dict[int, tuple[Assignment, list[Target]]] = {}
+    lo, hi = 0, total + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        assignment, targets = attempt(counts(mid))
+        if assignment.mode is Mode.Fit or targets:
+            found[mid] = (assignment, targets)
+            hi = mid
+        else:
+            lo = mid + 1
+    return found.get(lo)
 
 
 def can_always_reclaim(cq: ClusterQueueState) -> bool:
@@ -158,6 +204,15 @@ def decision(ev: Evaluation, override: str | None = None) -> Decision:
     else:
         outcome = PENDING
         message = ev.assignment.message() or "does not fit"
+    if outcome in (ADMIT, PREEMPT):
+        full = {ps.name: ps.count for ps in ev.pending.pod_sets}
+        partial = [
+            f"{ps.name} {ps.count} of {full[ps.name]} pods"
+            for ps in ev.assignment.pod_sets
+            if ps.name in full and ps.count < full[ps.name]
+        ]
+        if partial:
+            message += f" (partially admitted: {', '.join(partial)})"
     return Decision(
         preemptor=ev.pending.ref,
         queue=f"ClusterQueue/{ev.cq.name}",
