@@ -16,6 +16,10 @@ class Resource(NamedTuple):
     plural: str  # with "/subresource" for a subresource
     kind: str
     namespaced: bool = True
+    # Listed and watched in this namespace only (else cluster-wide), with this field
+    # selector (else every object).
+    namespace: str = ""
+    field_selector: str = ""
 
     @property
     def rbac(self) -> tuple[str, str]:
@@ -26,6 +30,14 @@ class Resource(NamedTuple):
 # served are found by discovery; a group or kind not installed is skipped.
 NODES = Resource("", "nodes", "Node", namespaced=False)
 NAMESPACES = Resource("", "namespaces", "Namespace", namespaced=False)
+# Kueue's manager Configuration (fair sharing), as Kueue's manifests install it.
+KUEUE_MANAGER_CONFIG = Resource(
+    "",
+    "configmaps",
+    "ConfigMap",
+    namespace="kueue-system",
+    field_selector="metadata.name=kueue-manager-config",
+)
 PODS = Resource("", "pods", "Pod")
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "priorityclasses", "PriorityClass", False)
 PDBS = Resource("policy", "poddisruptionbudgets", "PodDisruptionBudget")
@@ -45,6 +57,7 @@ PLUGIN_POD_GROUPS = tuple(Resource(g, "podgroups", "PodGroup") for g in PLUGINS_
 ELASTIC_QUOTAS = tuple(Resource(g, "elasticquotas", "ElasticQuota") for g in PLUGINS_GROUPS)
 
 WATCHED: tuple[Resource, ...] = (
+    KUEUE_MANAGER_CONFIG,
     NAMESPACES,
     PRIORITY_CLASSES,
     RESOURCE_FLAVORS,

@@ -184,8 +184,8 @@ class KubeApi:
     async def watch(
         self, resource: Resource, version: str, resource_version: str, timeout_seconds: int
     ) -> AsyncIterator[JSON]:
-        """The events of one watch (cluster-wide), from ``resource_version``, with
-        bookmarks, until the server ends it."""
+        """The events of one watch (cluster-wide, or in the resource's namespace), from
+        ``resource_version``, with bookmarks, until the server ends it."""
         self._check(resource, "watch")
         query = {
             "watch": "true",
@@ -193,7 +193,9 @@ class KubeApi:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
-        path = path_of(resource, version)
+        if resource.field_selector:
+            query["fieldSelector"] = resource.field_selector
+        path = path_of(resource, version, resource.namespace or None)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout_seconds + 30)
         response = await self._send("GET", path, query=query, timeout=timeout)
         async with response:

@@ -109,8 +109,11 @@ class Reflector:
     async def list(self) -> str:
         """List every object (page by page); returns the list's resourceVersion."""
         items: dict[Key, JSON] = {}
-        query = {"limit": str(PAGE)}
-        path = path_of(self.resource, self.version)
+        scope = (
+            {"fieldSelector": self.resource.field_selector} if self.resource.field_selector else {}
+        )
+        query = {"limit": str(PAGE), **scope}
+        path = path_of(self.resource, self.version, self.resource.namespace or None)
         while True:
             page = await self.api.request("GET", self.resource, "list", path, query=query)
             for item in page.get("items") or []:
@@ -124,7 +127,7 @@ class Reflector:
             if not token:
                 self.store.replace(self.resource, items)
                 return str(meta.get("resourceVersion") or "")
-            query = {"limit": str(PAGE), "continue": str(token)}
+            query = {"limit": str(PAGE), "continue": str(token), **scope}
 
     async def watch(self, since: str, until: float, stop: asyncio.Event) -> None:
         """Watch from ``since`` until the clock reaches ``until`` (then a relist is due)."""
@@ -178,6 +181,10 @@ class Reflector:
                 if exc.status == 410:
                     log.info("list expired (410): relisting", resource=self.resource.plural)
                     continue
+                if exc.status == 403 and self.resource not in self.store.synced:
+                    # Not granted (e.g. the Role for Kueue's ConfigMap was not applied):
+                    # the rest of the cluster is published without it; tried again later.
+                    self.store.replace(self.resource, {})
                 failures += 1
                 log.warning("list/watch failed", resource=self.resource.plural, error=str(exc))
                 if await sleep_or_stop(stop, min(BACKOFF_MAX, 0.5 * 2**failures)):

@@ -42,6 +42,7 @@ class Kind:
 
 CORE = [
     Kind("", "v1", "namespaces", "Namespace", False),
+    Kind("", "v1", "configmaps", "ConfigMap"),
     Kind("", "v1", "nodes", "Node", False, True),
     Kind("", "v1", "pods", "Pod", True, True),
     Kind("", "v1", "events", "Event"),
@@ -381,16 +382,24 @@ class ApiServer:
         gv = f"{group}/{version}" if group else version
         return {"kind": "APIResourceList", "groupVersion": gv, "resources": resources}
 
-    def _selected(self, kind: Kind, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+    def _selected(
+        self, kind: Kind, namespace: str | None, selector: str, fields: str = ""
+    ) -> list[dict[str, Any]]:
+        name = fields.removeprefix("metadata.name=") if fields else None
         items = [
             o
-            for (ns, _), o in sorted(self.objects[(kind.group, kind.plural)].items())
-            if namespace is None or ns == namespace
+            for (ns, n), o in sorted(self.objects[(kind.group, kind.plural)].items())
+            if (namespace is None or ns == namespace) and (name is None or n == name)
         ]
         return [o for o in items if _matches(o["metadata"].get("labels") or {}, selector)]
 
     def _list(self, request: web.Request, kind: Kind, namespace: str | None) -> web.Response:
-        items = self._selected(kind, namespace, request.query.get("labelSelector", ""))
+        items = self._selected(
+            kind,
+            namespace,
+            request.query.get("labelSelector", ""),
+            request.query.get("fieldSelector", ""),
+        )
         limit = int(request.query.get("limit", "0") or 0)
         start, at = 0, self.rv
         token = request.query.get("continue")
@@ -443,9 +452,18 @@ class ApiServer:
             return response
         watcher = Watcher(kind.group, kind.plural)
         self.watchers.append(watcher)
+        fields = request.query.get("fieldSelector", "")
+        only = fields.removeprefix("metadata.name=") if fields else None
+
+        def wanted(obj: dict[str, Any]) -> bool:
+            meta = obj.get("metadata") or {}
+            return (namespace is None or meta.get("namespace") == namespace) and (
+                only is None or meta.get("name") == only
+            )
+
         try:
             for rv, group, plural, event, obj in list(self.history):
-                if rv > since and (group, plural) == (kind.group, kind.plural):
+                if rv > since and (group, plural) == (kind.group, kind.plural) and wanted(obj):
                     await send({"type": event, "object": obj})
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
@@ -470,8 +488,7 @@ class ApiServer:
                     continue
                 if item is None:
                     break
-                meta = item["object"]["metadata"]
-                if namespace is None or meta.get("namespace") == namespace:
+                if wanted(item["object"]):
                     await send(item)
         except (ConnectionResetError, asyncio.CancelledError):
             pass

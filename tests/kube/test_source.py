@@ -270,3 +270,58 @@ async def test_unreadable_objects_stay_in_the_logs_until_fixed(
             assert said("object rejected; left out of the state") == fixed_at
         finally:
             await stopped(stop, task)
+
+
+async def test_kueue_manager_config_map_is_read_for_fair_sharing(
+    apiserver: ApiServer, tmp_path
+) -> None:
+    """The kueue-manager-config ConfigMap of kueue-system is listed and watched (with a
+    field selector: no other ConfigMap is read), and its Configuration travels on STATE."""
+    apiserver.put(node("node-0"))
+    config = "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nfairSharing: {}\n"
+    apiserver.put(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
+            "data": {"controller_manager_config.yaml": config},
+        }
+    )
+    apiserver.put(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "other", "namespace": "kueue-system"},
+            "data": {"secret-ish": "not for us"},
+        }
+    )
+    _source, published, stop, task = await running(apiserver, tmp_path)
+    try:
+        await published.until(lambda: "KueueConfiguration/kueue" in published.live)
+        assert published.live["KueueConfiguration/kueue"].fair_sharing is True
+        lists = [r for m, r, _b in apiserver.requests if m == "GET" and "configmaps" in r]
+        assert lists
+        assert all("/namespaces/kueue-system/configmaps" in r for r in lists)
+        # Turned off in place: the watch carries the change.
+        off = "apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\n"
+        cm = apiserver.get("", "configmaps", "kueue-system", "kueue-manager-config")
+        assert cm is not None
+        cm["data"]["controller_manager_config.yaml"] = off
+        apiserver.put(cm)
+        await published.until(lambda: not published.live["KueueConfiguration/kueue"].fair_sharing)
+    finally:
+        await stopped(stop, task)
+
+
+async def test_a_forbidden_resource_does_not_hold_back_the_rest(
+    apiserver: ApiServer, tmp_path
+) -> None:
+    """Without the Role for Kueue's ConfigMap (403 on its list), the rest of the cluster is
+    published anyway."""
+    apiserver.put(node("node-0"))
+    apiserver.fail("GET", "/configmaps", 403, count=1000)
+    _source, published, stop, task = await running(apiserver, tmp_path)
+    try:
+        await published.until(lambda: "Node/node-0" in published.live)
+    finally:
+        await stopped(stop, task)

@@ -91,9 +91,16 @@ def test_the_base_holds_the_expected_objects(rendered: list[dict[str, Any]]) -> 
     assert ("Namespace", NAMESPACE) in names
     assert not of_kind(rendered, "Secret"), "no Secret is committed: the user creates it"
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    # ingest's Role (and its binding) for Kueue's manager ConfigMap, in Kueue's namespace.
+    in_kueue = {
+        ("Role", "gangpreempt-ingest-kueue-config"),
+        ("RoleBinding", "gangpreempt-ingest-kueue-config"),
+    }
     for obj in rendered:
-        if obj["kind"] not in cluster_scoped:
-            assert obj["metadata"].get("namespace") == NAMESPACE, obj["metadata"]["name"]
+        if obj["kind"] in cluster_scoped:
+            continue
+        want = "kueue-system" if (obj["kind"], obj["metadata"]["name"]) in in_kueue else NAMESPACE
+        assert obj["metadata"].get("namespace") == want, obj["metadata"]["name"]
 
 
 def test_namespace_enforces_the_restricted_pod_security_standard(

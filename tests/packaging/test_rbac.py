@@ -92,10 +92,20 @@ def test_nobody_else_is_bound(rendered: list[dict[str, Any]]) -> None:
 
 
 def test_ingest_watches_cluster_wide(rendered: list[dict[str, Any]]) -> None:
-    """ingest lists and watches every namespace: its grant is a ClusterRoleBinding."""
-    kinds = {b["kind"] for b in bindings_of(rendered, SERVICE_ACCOUNTS["ingest"])}
-    assert kinds == {"ClusterRoleBinding"}
+    """ingest lists and watches every namespace (a ClusterRoleBinding), except
+    ConfigMaps: those of kueue-system only (a RoleBinding there, for Kueue's manager
+    Configuration), never cluster-wide."""
+    bindings = bindings_of(rendered, SERVICE_ACCOUNTS["ingest"])
+    assert {b["kind"] for b in bindings} == {"ClusterRoleBinding", "RoleBinding"}
     assert {verb for _, _, verb in expected("ingest")} == {"list", "watch"}
+    for b in bindings:
+        role = named(rendered, b["roleRef"]["kind"], b["roleRef"]["name"])
+        resources = {r for rule in role.get("rules", []) for r in rule["resources"]}
+        if b["kind"] == "RoleBinding":
+            assert b["metadata"]["namespace"] == "kueue-system"
+            assert resources == {"configmaps"}
+        else:
+            assert "configmaps" not in resources
 
 
 def test_the_permissions_table_of_the_docs_is_access_py() -> None:

@@ -618,7 +618,7 @@ def reads(api_version: str, kind: str) -> bool:
     if api_version == "scheduling.k8s.io/v1":
         return kind == "PriorityClass"
     if api_version == "v1":
-        return kind in ("Node", "Pod", "Namespace")
+        return kind in ("Node", "Pod", "Namespace", "ConfigMap")
     if api_version == "policy/v1":
         return kind == "PodDisruptionBudget"
     if api_version in PLUGINS_GROUPS:
