@@ -27,10 +27,11 @@ from collections.abc import Iterable, Mapping
 
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import ElasticQuota, Pod
-from gangpreempt.placement.cluster import NodeCluster, add_into
+from gangpreempt.placement.cluster import NodeCluster, NodeView, add_into
 from gangpreempt.placement.fit import fits
 from gangpreempt.preemption.single import (
     NodeCandidate,
+    best_node,
     candidate_limit,
     free_with_nominated,
     nominated_usage,
@@ -213,35 +214,16 @@ def search_capacity(
     demand = cluster.demand(pod)
     nominated = nominated_usage(cluster, pod, priority)
     allowed = cluster.allowed(pod.scheduling)
-    limit = candidate_limit(len(allowed))
-    found: list[NodeCandidate] = []
-    clean = evaluated = 0
-    for order, view in enumerate(allowed):
+
+    def select(order: int, view: NodeView) -> tuple[bool, NodeCandidate | None]:
         here = [c for c in table.on_node.get(view.name, []) if c[0].ref not in exclude]
         if not here:
-            continue
-        evaluated += 1
-        cand = select_on_node(
-            quotas,
-            pod,
-            priority,
-            order,
-            view.name,
-            demand,
-            free_with_nominated(view, demand, nominated),
-            here,
-            table,
-        )
-        if cand is None:
-            continue
-        found.append(cand)
-        clean += cand.violations == 0
-        if clean > 0 and len(found) >= limit:
-            break
-    if not found:
-        return None, evaluated
-    now = table.now
-    return min(found, key=lambda c: c.score(now)), evaluated
+            return False, None
+        free = free_with_nominated(view, demand, nominated)
+        found = select_on_node(quotas, pod, priority, order, view.name, demand, free, here, table)
+        return True, found
+
+    return best_node(allowed, candidate_limit(len(allowed)), table.now, select)
 
 
 __all__ = ["CapacityQuotas", "koordinator_quotas", "search_capacity", "select_on_node"]

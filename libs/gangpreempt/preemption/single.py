@@ -12,7 +12,7 @@ instead of from a random offset, so the answer is reproducible."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from gangpreempt.model.pods import Pod
@@ -165,20 +165,34 @@ def search_single(
         position, victims = found_at
         return NodeCandidate(cluster.nodes[position].name, position, victims, 0), looked
     eligible = table.eligible(priority)
+
+    def select(order: int, view: NodeView) -> tuple[bool, NodeCandidate | None]:
+        here = table.on_node.get(view.name)
+        units = [c for c in here or () if c[0].ref in eligible and c[0].ref not in exclude]
+        if not units:
+            return False, None
+        free = free_with_nominated(view, demand, nominated)
+        return True, select_on_node(view, order, demand, free, units, table)
+
+    return best_node(cluster.allowed(pod.scheduling), limit, table.now, select)
+
+
+def best_node(
+    nodes: Iterable[NodeView],
+    limit: int,
+    now: datetime,
+    select: Callable[[int, NodeView], tuple[bool, NodeCandidate | None]],
+) -> tuple[NodeCandidate | None, int]:
+    """kube-scheduler's dry run over ``nodes`` in order: ``select`` says whether a node
+    has candidates at all (it is then evaluated) and its victims; the walk stops once it
+    holds ``limit`` candidates, one without PDB violations among them. The best by
+    pickOneNodeForPreemption's criteria, and how many nodes were evaluated."""
     found: list[NodeCandidate] = []
     clean = 0
     evaluated = 0
-    for order, view in enumerate(cluster.allowed(pod.scheduling)):
-        here = table.on_node.get(view.name)
-        if not here:
-            continue
-        units = [c for c in here if c[0].ref in eligible and c[0].ref not in exclude]
-        if not units:
-            continue
-        evaluated += 1
-        cand = select_on_node(
-            view, order, demand, free_with_nominated(view, demand, nominated), units, table
-        )
+    for order, view in enumerate(nodes):
+        looked, cand = select(order, view)
+        evaluated += looked
         if cand is None:
             continue
         found.append(cand)
@@ -187,12 +201,12 @@ def search_single(
             break
     if not found:
         return None, evaluated
-    now = table.now
     return min(found, key=lambda c: c.score(now)), evaluated
 
 
 __all__ = [
     "NodeCandidate",
+    "best_node",
     "candidate_limit",
     "fits_now",
     "free_with_nominated",
