@@ -217,6 +217,11 @@ def group_template(
         topology_key=_topology_key(f),
         source="PodGroup",
         workload=f"{namespace}/{wl_name}" if wl_name else "",
+        preemption_policy=(
+            f.enum("preemptionPolicy", ("PreemptLowerPriority", "Never"), "")
+            or workload.opt_text("preemptionPolicy")
+            or None
+        ),
     )
 
 

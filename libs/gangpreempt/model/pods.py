@@ -118,6 +118,9 @@ class PodGroup(msgspec.Struct, frozen=True):
     topology_key: str = ""
     source: str = "PodGroup"  # how it was declared, for messages
     workload: str = ""  # the scheduling.k8s.io Workload it belongs to, if any
+    # spec.preemptionPolicy of a scheduling.k8s.io PodGroup (1.37, PodGroupPreemptionPolicy):
+    # when set it decides for the group, whatever its pods say; None: the pods decide.
+    preemption_policy: str | None = None
 
     @property
     def key(self) -> str:

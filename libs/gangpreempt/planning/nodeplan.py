@@ -311,9 +311,15 @@ class NodePlanner:
                     f"{pod.ref} is labelled {CAN_PREEMPT_LABEL}=false (remove the label to let "
                     "it preempt)"
                 )
-        if self.cluster.never_preempts(pre.pods) or any(
-            self._group_policy(g) == NEVER for g in pre.groups
-        ):
+        group_policies = [g.preemption_policy for g in pre.groups if g.preemption_policy]
+        if group_policies:
+            # The PodGroup's own policy decides; its pods' policies are not looked at.
+            never = NEVER in group_policies
+        else:
+            never = self.cluster.never_preempts(pre.pods) or any(
+                self._group_policy(g) == NEVER for g in pre.groups
+            )
+        if never:
             return (
                 "its preemptionPolicy is Never (a PriorityClass with PreemptLowerPriority "
                 "lets it preempt)"

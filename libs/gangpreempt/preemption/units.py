@@ -41,10 +41,14 @@ class Unit:
         self.start = min(starts) if starts else now
         self.evicting = all(p.terminating for p in pods)
 
-    def importance(self) -> tuple[int, int, datetime, str]:
-        """Sort key, most important first: higher priority, gangs before single pods
-        (KEP-5710), then the longest running (kube-scheduler's MoreImportantPod)."""
-        return (-self.priority, 0 if self.is_group else 1, self.start, self.ref)
+    def importance(self) -> tuple[int, int, int, datetime, str]:
+        """Sort key, most important first: higher priority; a unit of a pod group (a
+        whole gang, or a pod that belongs to one) before a lone pod; between group units
+        the one with more pods; then the longest running (kube-scheduler's
+        MoreImportantPod and MoreImportantVictim)."""
+        grouped = self.is_group or bool(self.pods and self.pods[0].group)
+        size = -len(self.pods) if grouped else 0
+        return (-self.priority, 0 if grouped else 1, size, self.start, self.ref)
 
     def __repr__(self) -> str:
         return f"Unit({self.ref}, priority={self.priority}, pods={len(self.pods)})"
@@ -445,7 +449,9 @@ def _by_key(pod: Pod) -> str:
     return pod.key
 
 
-def _entry_importance(entry: tuple[Unit, dict[str, int]]) -> tuple[int, int, datetime, str]:
+def _entry_importance(
+    entry: tuple[Unit, dict[str, int]],
+) -> tuple[int, int, int, datetime, str]:
     return entry[0].importance()
 
 
