@@ -20,7 +20,7 @@ import msgspec
 from gangpreempt import events
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
-from gangpreempt.model.pods import Pod
+from gangpreempt.model.pods import Pod, PodGroup
 from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.nodeconfirm import NodeVictim, node_rejection, victim_rejection
 from gangpreempt.planning.nodeindex import NodeIndex
@@ -148,6 +148,14 @@ def _still_pending(state: ClusterState, ref: str, held: NodePlanHeld | None) -> 
     return any(p.pending for p in state.pods.values() if p.group in groups)
 
 
+def group_gone(group: PodGroup, published: dict[str, tuple[str, ...]], flights: Flights) -> None:
+    """A PodGroup left the state: what was published for it (and its Workload) is
+    forgotten, so a group recreated under the same name gets its own decisions."""
+    for ref in (group.ref, *([f"Workload/{group.workload}"] if group.workload else [])):
+        published.pop(ref, None)
+        flights.forget(ref)
+
+
 def pod_gone(
     state: ClusterState, pod: Pod, published: dict[str, tuple[str, ...]], flights: Flights
 ) -> None:
@@ -155,11 +163,13 @@ def pod_gone(
     its gang, its gang's Workload) is forgotten, so a new incarnation under the same name
     gets its own decisions; a pending pod's plan in flight is for something gone."""
     refs = [pod.ref]
+    if pod.group:
+        # Its gang's ref, even when the PodGroup left the state first (ingest deletes
+        # kinds in order: groups before pods).
+        refs.append(f"PodGroup/{pod.group}")
     group = state.pod_groups.get(pod.group) if pod.group else None
-    if group is not None:
-        refs.append(group.ref)
-        if group.workload:
-            refs.append(f"Workload/{group.workload}")
+    if group is not None and group.workload:
+        refs.append(f"Workload/{group.workload}")
     for ref in refs:
         published.pop(ref, None)
         flights.forget(ref)

@@ -36,7 +36,14 @@ from gangpreempt.planning.records import TERMINAL, PlanRecord, new_record
 from services.livestate import LiveState, key_of
 from services.quota.confirming import Confirmer
 from services.quota.flights import ACTUATED, ADMITTING, REQUESTED, Flight, Flights
-from services.quota.nodes import NodeBook, admit_ready, is_node_ref, node_events, pod_gone
+from services.quota.nodes import (
+    NodeBook,
+    admit_ready,
+    group_gone,
+    is_node_ref,
+    node_events,
+    pod_gone,
+)
 from services.runtime import ServiceContext, sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.quota")
@@ -126,6 +133,8 @@ class Quota:
             self.flights.end(old.key, "the workload was deleted")
         if kind == "Pod" and new is None and old is not None:
             pod_gone(self.replica.state, old, self.published, self.flights)
+        if kind == "PodGroup" and new is None and old is not None:
+            group_gone(old, self.published, self.flights)
         self.dirty.set()
 
     # -- the admission cycle -----------------------------------------------------------------
