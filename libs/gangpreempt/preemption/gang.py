@@ -237,6 +237,7 @@ class GangSearch:
         return (
             self.use_columns
             and len(self.shapes) == 1
+            and self.required.get(0, len(self.shapes[0].pods)) == len(self.shapes[0].pods)
             and all(v > 0 for v in self.shapes[0].demand.values())
             and len(domain.nodes) == len(self.table.cluster.nodes)
             and not self.checks
@@ -263,6 +264,31 @@ class GangSearch:
         if not self.feasible(shapes, base, cands):
             self.skipped.append(f"{domain.name}: does not fit even with every candidate gone")
             return None
+        required = dict(self.required)
+        try:
+            self._as_many_as_fit(shapes, base, cands)
+            return self._run_on(domain, shapes, base, cands)
+        finally:
+            self.required = required
+
+    def _as_many_as_fit(self, shapes: list[Shape], base: Free, cands: list[Unit]) -> None:
+        """kube-scheduler places as many of the gang's pods as fit with every candidate
+        gone (minCount is only what it needs to succeed), and each of them keeps its
+        victims: the required count of each shape is raised to that."""
+        for i, shape in enumerate(shapes):
+            lo, hi = self.required.get(i, len(shape.pods)), len(shape.pods)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                self.required[i] = mid
+                if self.feasible(shapes, base, cands):
+                    lo = mid
+                else:
+                    hi = mid - 1
+            self.required[i] = lo
+
+    def _run_on(
+        self, domain: Domain, shapes: list[Shape], base: Free, cands: list[Unit]
+    ) -> GangOutcome | None:
         violating = self.table.pdb_violations(cands)
         kept = self._pdb_reprieval(shapes, base, cands, violating)
         if len(kept) < len(cands) and not self.feasible(shapes, base, kept):
