@@ -61,11 +61,9 @@ def _missing_class(
     return None
 
 
-def _owned(state: ClusterState) -> tuple[set[str], set[str]]:
-    """Objects Kueue's Workloads in the input already stand for (by owner ref), and the
-    Workload keys."""
-    owners = {wl.owner for wl in state.workloads.values() if wl.owner}
-    return owners, set(state.workloads)
+def _owned(state: ClusterState) -> set[str]:
+    """Objects Kueue's Workloads in the input already stand for (by owner ref)."""
+    return {wl.owner for wl in state.workloads.values() if wl.owner}
 
 
 def _add(
@@ -104,7 +102,7 @@ def _synthesized_pods(state: ClusterState, s: Submitted, wl: Workload) -> None:
 
 
 def derive_submitted(state: ClusterState, submitted: list[Submitted], out: Derived) -> None:
-    owners, _ = _owned(state)
+    owners = _owned(state)
     for s in submitted:
         if s.ref in owners:
             continue  # Kueue's Workload for it is in the input
@@ -181,7 +179,7 @@ def _shape_sets(pods: list[Pod]) -> tuple[PodSet, ...]:
 
 def derive_pods(state: ClusterState, kueue_pods: list[KueuePod], out: Derived) -> None:
     """Workloads of plain Pods (``pod-<name>``) and pod groups (named as the group)."""
-    owners, _ = _owned(state)
+    owners = _owned(state)
     groups: dict[str, list[KueuePod]] = {}
     for kp in kueue_pods:
         pod = state.pods.get(kp.key)

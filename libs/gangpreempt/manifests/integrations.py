@@ -89,14 +89,21 @@ def _template_spec(template: Fields) -> Fields:
     return spec
 
 
-def _pod_set(name: str, count: int, spec: Fields, min_count: int | None = None) -> PodSet:
-    return PodSet(
+# A pod set with the template spec it was read from (its priorityClassName counts).
+PodSets = list[tuple[PodSet, Fields]]
+
+
+def _pod_set(
+    name: str, count: int, spec: Fields, min_count: int | None = None
+) -> tuple[PodSet, Fields]:
+    pod_set = PodSet(
         name=name,
         count=count,
         min_count=min_count if min_count is not None and min_count < count else None,
         requests=pod_requests(spec),
         scheduling=constraints(spec),
     )
+    return pod_set, spec
 
 
 def _job_pods(spec: Fields) -> int:
@@ -116,16 +123,16 @@ def _started(kind: str, status: Fields) -> bool:
     return status.has("startTime") or bool(status.integer("active", minimum=0))
 
 
-def job(meta: Fields, spec: Fields) -> tuple[PodSet, ...]:
+def job(meta: Fields, spec: Fields) -> PodSets:
     """A ``batch/v1`` Job's one pod set, ``main``: parallelism pods (at most completions);
     ``kueue.x-k8s.io/job-min-parallelism`` is its minimum count (partial admission)."""
     template = spec.map("template", required=True)
     assert template is not None
     minimum = meta.map_or_empty("annotations").integer(MIN_PARALLELISM, minimum=1)
-    return (_pod_set("main", _job_pods(spec), _template_spec(template), minimum),)
+    return [_pod_set("main", _job_pods(spec), _template_spec(template), minimum)]
 
 
-def jobset(spec: Fields) -> tuple[PodSet, ...]:
+def jobset(spec: Fields) -> PodSets:
     """A JobSet: a pod set per replicated job, replicas times the job's pod count."""
     out = []
     for rj in spec.maps("replicatedJobs", required=True):
@@ -140,10 +147,10 @@ def jobset(spec: Fields) -> tuple[PodSet, ...]:
         out.append(_pod_set(rj.text("name", required=True), count, _template_spec(template)))
     if not out:
         spec.fail("replicatedJobs", "expected at least one replicated job")
-    return tuple(out)
+    return out
 
 
-def pytorch_job(spec: Fields) -> tuple[PodSet, ...]:
+def pytorch_job(spec: Fields) -> PodSets:
     """A PyTorchJob: a pod set per replica type (``master``, ``worker``), replicas pods."""
     replica_specs = spec.map("pytorchReplicaSpecs", required=True)
     assert replica_specs is not None
@@ -158,30 +165,12 @@ def pytorch_job(spec: Fields) -> tuple[PodSet, ...]:
         out.append(_pod_set(str(rtype).lower(), count, _template_spec(template)))
     if not out:
         spec.fail("pytorchReplicaSpecs", "expected at least one replica type")
-    return tuple(out)
+    return out
 
 
 def _replica_order(rtype: object) -> tuple[int, str]:
     text = str(rtype)
     return (PYTORCH_REPLICAS.index(text) if text in PYTORCH_REPLICAS else 2, text)
-
-
-def template_specs(kind: str, spec: Fields) -> list[Fields]:
-    """The pod template specs of an integration object, in Kueue's pod set order."""
-    if kind == "Job":
-        return [_template_spec(spec.map_or_empty("template"))]
-    if kind == "JobSet":
-        return [
-            _template_spec(
-                rj.map_or_empty("template").map_or_empty("spec").map_or_empty("template")
-            )
-            for rj in spec.maps("replicatedJobs")
-        ]
-    replica_specs = spec.map_or_empty("pytorchReplicaSpecs")
-    return [
-        _template_spec(replica_specs.map_or_empty(str(r)).map_or_empty("template"))
-        for r in sorted(replica_specs.data, key=_replica_order)
-    ]
 
 
 def submitted(
@@ -196,15 +185,16 @@ def submitted(
 ) -> Submitted:
     """The ``Submitted`` of a Job, JobSet or PyTorchJob with a queue name."""
     if kind == "Job":
-        pod_sets = job(meta, spec)
+        read = job(meta, spec)
         suspended = spec.flag("suspend", False)
     elif kind == "JobSet":
-        pod_sets = jobset(spec)
+        read = jobset(spec)
         suspended = spec.flag("suspend", False)
     else:
-        pod_sets = pytorch_job(spec)
+        read = pytorch_job(spec)
         suspended = spec.map_or_empty("runPolicy").flag("suspend", False)
-    ref, field = priority(meta, template_specs(kind, spec))
+    pod_sets = tuple(pod_set for pod_set, _spec in read)
+    ref, field = priority(meta, [template for _pod_set, template in read])
     return Submitted(
         kind=kind,
         namespace=namespace,

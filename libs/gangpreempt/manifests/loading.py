@@ -56,8 +56,6 @@ class Loaded(msgspec.Struct):
     # What the reader did that is worth saying but is no problem (names it generated,
     # files it left out, Workloads it derived).
     notes: list[str] = msgspec.field(default_factory=list)
-    # Derived Workload key -> the object it was derived from (Job/ns/name, ...).
-    owners: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class _Reader:
@@ -126,7 +124,6 @@ class _Reader:
             self.warnings,
             [*derived.rejected, *self.rejected],
             self.notes,
-            derived.owners,
         )
 
     def finish_objects(self, origin: str, rejected: list[str]) -> Loaded:
@@ -135,9 +132,7 @@ class _Reader:
         skipped = sorted(f"{kind} ({api_version})" for api_version, kind in self._skipped)
         if skipped:
             self.warnings.append(f"{origin}: skipped unsupported kinds: {', '.join(skipped)}")
-        return Loaded(
-            self.state, self.warnings, [*rejected, *derived.rejected], self.notes, derived.owners
-        )
+        return Loaded(self.state, self.warnings, [*rejected, *derived.rejected], self.notes)
 
     def _finish(self) -> Derived:
         """Everything that joins objects once all are read: the Workloads Kueue would

@@ -51,20 +51,20 @@ def koordinator_quotas(state: ClusterState) -> bool:
     )
 
 
-def _bound(values: Mapping[str, int], res: str, missing_standard: float, scalar: float) -> float:
-    if not values:
-        return missing_standard if res in STANDARD else scalar
+def _bound(values: Mapping[str, int], res: str, unlisted: float) -> float:
+    """``unlisted``: 0 for a min, no bound for a max. A list that is there but leaves out
+    cpu, memory or ephemeral-storage bounds it by 0."""
     if res in values:
         return values[res]
-    return 0 if res in STANDARD else scalar
+    return 0 if values and res in STANDARD else unlisted
 
 
 def _over(
     used: Mapping[str, int], add: Mapping[str, int], bound: Mapping[str, int], is_min: bool
 ) -> bool:
-    inf = float("inf")
+    unlisted = 0.0 if is_min else float("inf")
     for res in {*STANDARD, *used, *add}:
-        limit = _bound(bound, res, 0 if is_min else inf, 0 if is_min else inf)
+        limit = _bound(bound, res, unlisted)
         if used.get(res, 0) + add.get(res, 0) > limit:
             return True
     return False

@@ -219,9 +219,6 @@ class FairSearch:
             )
         return found
 
-    def order(self, aw: AdmittedWorkload) -> tuple[bool, bool, int, float, str]:
-        return _candidate_order(aw, self.req.cq.name)
-
     def _below_lca(self, target: Node) -> tuple[Node, Node]:
         """The two nodes just below the lowest common cohort of the preemptor's queue and
         ``target``: (the preemptor's side, the target's side)."""
