@@ -121,12 +121,13 @@ def run_bundle(folder: Path) -> None:
     if "assignment" in exp:
         replay_assignment(loaded.state, now, exp, str(name))
         return
+    options = {"rescheduling": exp.get("gang_reprieve") == "rescheduling"}
     if "workload" in exp:
-        result = plan(loaded.state, now, exp["workload"])
+        result = plan(loaded.state, now, exp["workload"], **options)
         assert len(result.decisions) == 1
         check_decision(result.decisions[0], exp, str(name))
         return
-    result = plan(loaded.state, now)
+    result = plan(loaded.state, now, **options)
     by_preemptor = {d.preemptor: d for d in result.decisions}
     for want in exp["decisions"]:
         got = by_preemptor.get(want["preemptor"])

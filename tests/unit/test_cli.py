@@ -242,3 +242,32 @@ def test_help_ends_with_examples(command: str | None) -> None:
     tail = result.stdout.rstrip().split("Examples:")[-1]
     assert "Examples:" in result.stdout
     assert tail.count("gangpreempt") >= 2 or "make demo" in tail
+
+
+def test_gang_reprieve_chooses_kube_scheduler_1_37_or_1_36() -> None:
+    """One gang pod of 1 cpu, two full nodes, one group member on each: 1.37 (the
+    default) places the pod on the first node by name and takes the member there; 1.36
+    (``rescheduling``) keeps the more important member wherever it runs."""
+    folder = ROOT / "tests/scenarios/podgroup_preemption"
+    folder /= "v136-shared-group-preempt-separately-nodes-reversed"
+    args = [
+        "plan",
+        "-f",
+        str(folder / "cluster.yaml"),
+        "--workload",
+        "PodGroup/default/preemptor-pg",
+    ]
+    args += ["--now", "2025-01-01T12:00:00Z", "-o", "json"]
+    victims = {}
+    for mode in ("fixed-placement", "rescheduling"):
+        code, out, err = run(*args, "--gang-reprieve", mode)
+        assert code == 0, err
+        (decision,) = json.loads(out)["decisions"]
+        victims[mode] = [v["object"] for v in decision["victims"]]
+    assert victims == {
+        "fixed-placement": ["Pod/default/p2"],  # p2 runs on node1
+        "rescheduling": ["Pod/default/p1"],  # p1 started later: the less important
+    }
+    code, _, err = run(*args[:3], "--gang-reprieve", "sometimes")
+    assert code == 2
+    assert "--gang-reprieve" in err

@@ -343,3 +343,63 @@ def test_a_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
     path.write_bytes(b"apiVersion: v1\nkind: Pod\nmetadata: {name: \xff}\n")
     with pytest.raises(ManifestError, match=r"bad.yaml: not UTF-8"):
         load([str(path)])
+
+
+GROUP_PODS = """
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: ml}
+spec:
+  priority: 10
+  schedulingGroup: {podGroupName: %(group)s}
+  containers: [{name: c, resources: {requests: {cpu: "1"}}}]
+  nodeName: n1
+status: {phase: Running}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: ml}
+spec:
+  priority: 20
+  schedulingGroup: {podGroupName: %(group)s}
+  containers: [{name: c, resources: {requests: {cpu: "1"}}}]
+  nodeName: n1
+status: {phase: Running}
+"""
+
+
+def test_a_pod_groups_spec_priority_is_every_members_priority(tmp_path: Path) -> None:
+    """A scheduling.k8s.io PodGroup's ``spec.priority`` (admission's resolution of its
+    class) is the group's priority, whatever its pods say; an int32."""
+    group = """
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata: {name: g, namespace: ml}
+spec:
+  schedulingPolicy: {gang: {minCount: 2}}
+  priority: %s
+---
+"""
+    state = load([write(tmp_path, group % "1000" + GROUP_PODS % {"group": "g"})]).state
+    cluster = NodeCluster(state)
+    for key in ("ml/a", "ml/b"):
+        pod = state.pods[key]
+        assert cluster.scheduling_priority(pod) == 1000
+        assert cluster.preemption_priority(pod) == 1000
+    with pytest.raises(ManifestError) as err:
+        load([write(tmp_path, group % "4294967296" + GROUP_PODS % {"group": "g"})])
+    assert "priority" in str(err.value)
+    assert "int32" in str(err.value)
+
+
+def test_pods_naming_a_missing_scheduling_group_are_each_their_own_victim(
+    tmp_path: Path,
+) -> None:
+    """kube-scheduler: pods whose ``spec.schedulingGroup`` names a PodGroup that does not
+    exist are each a victim of their own at their own priority (no implicit gang, unlike
+    the scheduler-plugins label)."""
+    state = load([write(tmp_path, GROUP_PODS % {"group": "gone"})]).state
+    assert "ml/gone" not in state.pod_groups
+    cluster = NodeCluster(state)
+    assert cluster.preemption_priority(state.pods["ml/a"]) == 10
+    assert cluster.preemption_priority(state.pods["ml/b"]) == 20

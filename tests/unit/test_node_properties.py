@@ -206,6 +206,48 @@ def test_priority_search_equals_brute_force(case: tuple[ClusterState, str]) -> N
 
 
 @SETTINGS
+@given(clusters(gang=True, pdb=False))
+def test_rescheduling_reprieve_equals_brute_force(case: tuple[ClusterState, str]) -> None:
+    """kube-scheduler's reprieve with the gang scheduled again at each step (1.36), no
+    binary search (``--no-priority-search``): the victims are the feasible set whose kept
+    units are first in importance order (lexicographically), found by brute force over
+    every subset of candidate units."""
+    state, ref = case
+    planner = NodePlanner(state, NOW, priority_search=False)
+    planner.rescheduling = True
+    d = planner.decide(planner.resolve(ref))
+    pre = [p for p in state.pods.values() if p.pending]
+    gpus, count = pre[0].requests[GPU], len(pre)
+    cands = planner.table.candidates(PREEMPTOR_PRIORITY)  # most important first
+    base = {n: 8 - v.used.get(GPU, 0) for n, v in planner.cluster.by_name.items()}
+    if exact_fit(base, gpus, count):
+        assert d.outcome == "Admit"
+        return
+    cleared = dict(base)
+    for unit in cands:
+        for p in unit.pods:
+            cleared[p.node_name] += p.requests.get(GPU, 0)
+    best: set[str] | None = None
+    if exact_fit(cleared, gpus, count):
+        # Kept (True) comes first in the product: the first feasible mask is the best.
+        for mask in itertools.product((True, False), repeat=len(cands)):
+            free = dict(base)
+            for unit, kept in zip(cands, mask, strict=True):
+                if not kept:
+                    for p in unit.pods:
+                        free[p.node_name] += p.requests.get(GPU, 0)
+            if exact_fit(free, gpus, count):
+                best = {u.ref for u, k in zip(cands, mask, strict=True) if not k}
+                break
+    if best is None:
+        assert d.outcome == "Pending"
+        assert not d.victims
+        return
+    assert d.outcome == PREEMPT
+    assert {v.object for v in d.victims} == best, d.message
+
+
+@SETTINGS
 @given(clusters(gang=False, pdb=False), st.sampled_from([0, 10, 45, 70]))
 def test_the_vectorized_dry_run_equals_the_node_by_node_walk(
     case: tuple[ClusterState, str], priority: int

@@ -111,6 +111,14 @@ def cli() -> None:
     "(KEP-5710); off: every lower-priority candidate, then reprieve.",
 )
 @click.option(
+    "--gang-reprieve",
+    type=click.Choice(["fixed-placement", "rescheduling"]),
+    default="fixed-placement",
+    show_default=True,
+    help="Gangs: reprieve victims against the one placement found with every candidate "
+    "gone (kube-scheduler 1.37), or schedule the gang again at each reprieve (1.36).",
+)
+@click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False),
     help="Read the live cluster once (discovery and list, no watch) with this kubeconfig, "
@@ -129,6 +137,7 @@ def plan(
     now: str | None,
     output: str,
     priority_search: bool,
+    gang_reprieve: str,
     strict: bool,
     kubeconfig: str | None,
     kube_context: str | None,
@@ -172,7 +181,13 @@ def plan(
             )
             sys.exit(EXIT_INVALID)
         with paused(), _progress(output, "deciding"):  # no cyclic collection mid-build
-            result = make_plan(loaded.state, clock, workload, priority_search=priority_search)
+            result = make_plan(
+                loaded.state,
+                clock,
+                workload,
+                priority_search=priority_search,
+                rescheduling=gang_reprieve == "rescheduling",
+            )
     except InvalidInput as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_INVALID)

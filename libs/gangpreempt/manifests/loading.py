@@ -72,6 +72,7 @@ class _Reader:
         self._templates: dict[tuple[str, str], dict[str, PodGroup]] = {}
         # Pods joining through spec.workloadRef: pod key -> (workload, podGroup, replica).
         self._workload_refs: dict[str, tuple[str, str, str]] = {}
+        self._api_grouped: set[str] = set()  # pods joined by spec.schedulingGroup
         # scheduling.k8s.io PodGroups made from a template: key -> (workload, template).
         self._template_refs: dict[str, tuple[str, str]] = {}
         self.notes: list[str] = []
@@ -391,6 +392,7 @@ class _Reader:
                 pod = msgspec.structs.replace(
                     pod, group=f"{namespace}/{group.text('podGroupName', required=True)}"
                 )
+                self._api_grouped.add(pod.key)
             self._put(st.pods, pod.key, pod, where)
             queue = integrations.queue_name(meta)
             if queue is not None and not pod.kueue_workload:
@@ -465,7 +467,9 @@ class _Reader:
         """Resolve gang membership once every object is read: pods joining through
         ``spec.workloadRef`` get their (replica's) group, Workload templates priorities
         fill in PodGroups that name none, and pods labelled for a group that has no
-        object get an implicit all-or-nothing group of all its pods."""
+        object get an implicit all-or-nothing group of all its pods. Pods whose
+        ``spec.schedulingGroup`` names a PodGroup that is not there keep the name but get
+        no group: each is a victim of its own at its own priority (kube-scheduler)."""
         st = self.state
         for pod_key, (wl, group_name, replica) in sorted(self._workload_refs.items()):
             pod = st.pods[pod_key]
@@ -495,7 +499,7 @@ class _Reader:
                 )
         members: dict[str, int] = {}
         for pod in st.pods.values():
-            if pod.group:
+            if pod.group and pod.key not in self._api_grouped:
                 members[pod.group] = members.get(pod.group, 0) + 1
         for key, count in sorted(members.items()):
             if key not in st.pod_groups:

@@ -222,7 +222,16 @@ def group_template(
             or workload.opt_text("preemptionPolicy")
             or None
         ),
+        priority=_group_priority(f),
     )
+
+
+def _group_priority(f: Fields) -> int | None:
+    """A PodGroup's ``spec.priority`` (an int32, as a pod's), if set."""
+    value = f.integer("priority", minimum=-(2**31), what="an int32")
+    if value is not None and value >= 2**31:
+        f.fail("priority", f"expected an int32, got {value}")
+    return value
 
 
 def workload_groups(namespace: str, spec: Fields) -> list[tuple[str, Fields]]:

@@ -121,6 +121,9 @@ class PodGroup(msgspec.Struct, frozen=True):
     # spec.preemptionPolicy of a scheduling.k8s.io PodGroup (1.37, PodGroupPreemptionPolicy):
     # when set it decides for the group, whatever its pods say; None: the pods decide.
     preemption_policy: str | None = None
+    # spec.priority of a scheduling.k8s.io PodGroup (1.37: admission resolves it from the
+    # class, as for a pod): when set it is the group's priority, whatever its pods say.
+    priority: int | None = None
 
     @property
     def key(self) -> str:

@@ -308,12 +308,14 @@ class NodeCluster:
         return default
 
     def _group_priorities(self, group: PodGroup, default: int) -> tuple[int, int]:
-        """(scheduling, preemption) priority of a gang. Scheduling: its priority class,
-        else the lowest of its pods'. Preemption: its preemption priority class, else the
-        scheduling priority; below the scheduling priority is refused (KEP-5710's rule
-        that rules out preemption cycles)."""
+        """(scheduling, preemption) priority of a gang. Scheduling: its ``spec.priority``,
+        else its priority class, else the lowest of its pods'. Preemption: its preemption
+        priority class, else the scheduling priority; below the scheduling priority is
+        refused (KEP-5710's rule that rules out preemption cycles)."""
         owner = f"{group.source} {group.key}"
-        if group.priority_class_name:
+        if group.priority is not None:
+            sched = group.priority
+        elif group.priority_class_name:
             sched = self._class(group.priority_class_name, owner, "priorityClassName").value
         else:
             pods = self.members.get(group.key, [])

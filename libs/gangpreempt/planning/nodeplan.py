@@ -69,6 +69,7 @@ class NodePlanner:
             self.cluster, self.table = index
         self.priority_search = priority_search
         self.use_columns = True  # the gang search's column path where it applies
+        self.rescheduling = False  # kube-scheduler 1.36's reprieve (``GangSearch``)
         self.promised: set[str] = set()  # units (refs) already chosen as victims
         self._members_by_quota: dict[str, list[Pod]] | None = None
         self._capacity: bool | None = None
@@ -272,9 +273,17 @@ class NodePlanner:
                 return (
                     f"{pod.ref} is nominated to node {node.name}, where "
                     f"{plural(len(terminating), 'lower-priority pod')} are still terminating: "
-                    "waiting for them instead of preempting more"
+                    "waiting for them instead of preempting more; it keeps its nominations"
                 )
         return None
+
+    def _kept_nominations(self, pre: Preemptor) -> dict[str, str]:
+        """A preemptor waiting for its earlier victims keeps its pods' nominated nodes and
+        chooses nothing new (kube-scheduler 1.37: "ongoing preemption on nominated
+        nodes"); any other refusal places nothing."""
+        if self._victims_terminating(pre) is None:
+            return {}
+        return {p.ref: p.nominated_node for p in pre.pods if p.nominated_node}
 
     def _worth_waiting_for(self, pod: Pod, leaving: Pod, priority: int) -> bool:
         """Does the preemptor wait for this terminating pod on its nominated node?
@@ -346,7 +355,13 @@ class NodePlanner:
         refusal = self._may_preempt(pre)
         if refusal is not None:
             return self._decision(
-                pre, None, "NoFit", PENDING, [], {}, f"does not fit on any node and {refusal}"
+                pre,
+                None,
+                "NoFit",
+                PENDING,
+                [],
+                self._kept_nominations(pre),
+                f"does not fit on any node and {refusal}",
             )
         found, evaluated = search_single(
             self.cluster, self.table, pod, pre.priority, self._own_units(pre)
@@ -392,6 +407,7 @@ class NodePlanner:
             nominated=nominated_usage(self.cluster, pre.pods, pre.priority),
         )
         search.use_columns = self.use_columns
+        search.rescheduling = self.rescheduling
         topology = next((g.topology_key for g in pre.groups if g.topology_key), "")
         doms = domains(self.cluster.nodes, topology)
         for dom in doms:
@@ -412,7 +428,13 @@ class NodePlanner:
             why = quota.why_not() if quota is not None else None
             detail = f" ({quota.quota.ref}: {why})" if quota is not None and why else ""
             return self._decision(
-                pre, quota, "NoFit", PENDING, [], {}, f"does not fit{detail} and {refusal}"
+                pre,
+                quota,
+                "NoFit",
+                PENDING,
+                [],
+                self._kept_nominations(pre),
+                f"does not fit{detail} and {refusal}",
             )
         search.candidates_below(pre.priority, self._own_units(pre))
         outcomes = [o for o in (search.run(d) for d in doms) if o is not None]
@@ -525,6 +547,7 @@ class NodePlanner:
             self.table, shapes, required, [], priority_search=self.priority_search, forced=forced
         )
         search.use_columns = self.use_columns
+        search.rescheduling = self.rescheduling
         cluster = domains(self.cluster.nodes, "")[0]
         placement = search.fits_without_preemption(cluster)
         extra: list[Unit] = []
@@ -580,8 +603,10 @@ class NodePlanner:
                 self.cluster.nominated.pop(pod.key, None)
 
     def commit(self, pre: Preemptor, decision: Decision) -> None:
-        """Later preemptors see this one's pods on their nodes and its victims gone."""
-        self.hold(decision.placement, [v.object for v in decision.victims])
+        """Later preemptors see this one's pods on their nodes and its victims gone (a
+        waiting one's nominated nodes already count for them as nominations)."""
+        if decision.outcome in (ADMIT, PREEMPT):
+            self.hold(decision.placement, [v.object for v in decision.victims])
 
 
 def with_nodes(planner: NodePlanner, decisions: list[Decision]) -> list[Decision]:

@@ -51,13 +51,15 @@ def plan(
     workload: str | None = None,
     excluded: Iterable[str] = (),
     priority_search: bool = True,
+    rescheduling: bool = False,
 ) -> Plan:
     """Decisions for one pending workload (``KIND/NAMESPACE/NAME``, evaluated alone as the
     head of its queue) or, without one, for every pending workload in one admission pass.
 
     ``excluded`` names workloads (``namespace/name``) already promised to other
-    preemptors: they keep their quota but are not candidates."""
-    return plan_on(Snapshot.build(state, now), workload, excluded, priority_search)
+    preemptors: they keep their quota but are not candidates. ``rescheduling``: a gang's
+    victims are reprieved as kube-scheduler 1.36 does (scheduled again at each reprieve)."""
+    return plan_on(Snapshot.build(state, now), workload, excluded, priority_search, rescheduling)
 
 
 def plan_on(
@@ -65,11 +67,12 @@ def plan_on(
     workload: str | None = None,
     excluded: Iterable[str] = (),
     priority_search: bool = True,
+    rescheduling: bool = False,
 ) -> Plan:
     """``plan`` on an existing snapshot (of ``snapshot.state`` at ``snapshot.now``), which
     is left exactly as it was: what the services call on their live ledgers."""
     with snapshot.scratch():
-        return _plan(snapshot, workload, excluded, priority_search)
+        return _plan(snapshot, workload, excluded, priority_search, rescheduling)
 
 
 def promised_refs(excluded: Iterable[str]) -> list[str]:
@@ -79,17 +82,27 @@ def promised_refs(excluded: Iterable[str]) -> list[str]:
 
 
 def _plan(
-    snapshot: Snapshot, workload: str | None, excluded: Iterable[str], priority_search: bool
+    snapshot: Snapshot,
+    workload: str | None,
+    excluded: Iterable[str],
+    priority_search: bool,
+    rescheduling: bool,
 ) -> Plan:
     state, now = snapshot.state, snapshot.now
+
+    def planner_for() -> NodePlanner:
+        planner = NodePlanner(state, now, priority_search)
+        planner.rescheduling = rescheduling
+        planner.promised.update(promised_refs(excluded))
+        return planner
+
     excluded = list(excluded)
     for key in excluded:
         snapshot.pin(key)
     if workload is None:
         decisions = admission_pass(snapshot)
         if state.pods:
-            planner = NodePlanner(state, now, priority_search)
-            planner.promised.update(promised_refs(excluded))
+            planner = planner_for()
             if state.nodes:
                 decisions = with_nodes(planner, decisions) + node_decisions(planner)
             else:
@@ -98,7 +111,7 @@ def _plan(
     workload = _submitted_workload(state, workload)
     _kind, namespace, name = parse_object_ref(workload)
     if is_node_level(state, workload):
-        planner = NodePlanner(state, now, priority_search)
+        planner = planner_for()
         decided = [planner.decide(planner.resolve(workload))]
         return Plan(now=rfc3339(now), decisions=decided if state.nodes else _no_nodes(decided))
     wl = state.workloads.get(f"{namespace}/{name}")
@@ -116,9 +129,7 @@ def _plan(
         return Plan(now=rfc3339(now), decisions=_owned(state, [not_considered(pending, reason)]))
     d = decision(evaluate(snapshot, pending))
     if state.pods and state.nodes:
-        planner = NodePlanner(state, now, priority_search)
-        planner.promised.update(promised_refs(excluded))
-        d = planner.compose(d)
+        d = planner_for().compose(d)
     return Plan(now=rfc3339(now), decisions=_owned(state, [d]))
 
 

@@ -97,6 +97,9 @@ class GangSearch:
         self.checks = list(checks)
         self.quota_units = set(quota_units)  # units that count in a checked quota
         self.priority_search = priority_search
+        # kube-scheduler 1.36: the gang is scheduled again at each reprieve (1.37, the
+        # default: the placement is fixed once and victims are reprieved against it).
+        self.rescheduling = False
         self.forced = list(forced)  # victims chosen already (a Kueue quota decision's)
         self.nominated = nominated or {}  # node -> room kept for pods nominated there
         self.resources: set[str] = set()
@@ -236,6 +239,7 @@ class GangSearch:
         compares the two) in time that grows with the gang, not with the cluster."""
         return (
             self.use_columns
+            and not self.rescheduling
             and len(self.shapes) == 1
             and self.required.get(0, len(self.shapes[0].pods)) == len(self.shapes[0].pods)
             and all(v > 0 for v in self.shapes[0].demand.values())
@@ -294,6 +298,8 @@ class GangSearch:
         if len(kept) < len(cands) and not self.feasible(shapes, base, kept):
             kept = cands  # reprieval was judged on one placement; greedy packs no other
         chosen = self._ceiling(shapes, base, kept)
+        if self.rescheduling:
+            chosen = self._reprieve_rescheduling(shapes, base, chosen)
         placement = self._cheap_placement(shapes, base, chosen, violating)
         if placement is None:  # cannot happen: ``chosen`` was found feasible in name order
             self.skipped.append(f"{domain.name}: no placement found")
@@ -423,6 +429,18 @@ class GangSearch:
             if fits(shape.demand, room):
                 return (1, broken, highest, pods, count)
         return None
+
+    def _reprieve_rescheduling(
+        self, shapes: list[Shape], base: Free, chosen: list[Unit]
+    ) -> list[Unit]:
+        """kube-scheduler 1.36's reprieve: most important first, a unit is kept when the
+        gang can still be scheduled, anywhere, with it back (the placement follows)."""
+        removed = list(chosen)
+        for unit in chosen:
+            rest = [u for u in removed if u is not unit]
+            if self.feasible(shapes, base, rest):
+                removed = rest
+        return removed
 
     def _reprieve(
         self, base: Free, chosen: list[Unit], placement: dict[str, str]
