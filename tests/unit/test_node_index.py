@@ -19,8 +19,10 @@ from gangpreempt.errors import InvalidInput
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import (
+    QUOTA_NAME_LABEL,
     UNIT_GROUP,
     UNIT_POD,
+    ElasticQuota,
     LabelSelector,
     Node,
     Pod,
@@ -32,6 +34,7 @@ from gangpreempt.model.workloads import Workload
 from gangpreempt.placement.cluster import NodeCluster
 from gangpreempt.planning.nodeindex import NodeIndex
 from gangpreempt.planning.nodeplan import NodePlanner, node_decisions
+from gangpreempt.preemption.jobquota import QuotaView
 from gangpreempt.preemption.units import UnitTable
 from tests.builders import NOW
 
@@ -61,7 +64,10 @@ def pod(draw: st.DrawFn, name: str) -> Pod:
         name=name,
         requests={GPU: draw(st.integers(0, 4)), "cpu": draw(st.integers(0, 6))},
         uid=f"{name}-{draw(st.integers(0, 3))}",
-        labels={"app": draw(st.sampled_from(["a", "b"]))},
+        labels={
+            "app": draw(st.sampled_from(["a", "b"])),
+            **draw(st.sampled_from([{}, {}, {QUOTA_NAME_LABEL: "q0"}, {QUOTA_NAME_LABEL: "q1"}])),
+        },
         node_name=where if bound else "",
         nominated_node="" if bound else draw(st.sampled_from(["", "", "n1"])),
         priority=draw(st.sampled_from([None, 0, 20, 40, 60])),
@@ -74,6 +80,18 @@ def pod(draw: st.DrawFn, name: str) -> Pod:
         finished=draw(st.integers(0, 9)) == 0,
         group=draw(st.sampled_from(["", "ns/g0", "ns/g0", "ns/g1"])),
         kueue_workload=draw(st.sampled_from(["", "", "", "ns/w0"])),
+    )
+
+
+def quota(draw: st.DrawFn, name: str) -> ElasticQuota:
+    hi = draw(st.integers(1, 12))
+    return ElasticQuota(
+        "ns",
+        name,
+        {GPU: draw(st.integers(0, hi))},
+        {GPU: hi},
+        parent="P" if name != "P" else "",
+        is_parent=name == "P",
     )
 
 
@@ -91,7 +109,9 @@ def group(draw: st.DrawFn, name: str) -> PodGroup:
 def change(draw: st.DrawFn) -> tuple[str, str, Any]:
     """(kind, key, object or None for a deletion)."""
     what = draw(
-        st.sampled_from(["pod"] * 8 + ["group", "workload", "node", "new-node", "pdb", "class"])
+        st.sampled_from(
+            ["pod"] * 8 + ["group", "workload", "node", "new-node", "pdb", "class", "quota"]
+        )
     )
     delete = draw(st.integers(0, 4)) == 0
     if what == "pod":
@@ -119,6 +139,9 @@ def change(draw: st.DrawFn) -> tuple[str, str, Any]:
             "ns", "pdb", LabelSelector({"app": "a"}), draw(st.integers(0, 2))
         )
         return "PodDisruptionBudget", "ns/pdb", None if delete else budget
+    if what == "quota":
+        name = draw(st.sampled_from(["q0", "q1", "P"]))
+        return "ElasticQuota", f"ns/{name}", None if delete else quota(draw, name)
     low = PriorityClass("low", draw(st.sampled_from([5, 15])))
     return "PriorityClass", "low", low
 
@@ -140,6 +163,8 @@ def histories(draw: st.DrawFn) -> tuple[ClusterState, list[tuple[str, str, Any]]
         state.pods[f"ns/{name}"] = pod(draw, name)
     for name in draw(st.lists(st.sampled_from(GROUPS), max_size=3, unique=True)):
         state.pod_groups[f"ns/{name}"] = group(draw, name)
+    for name in draw(st.lists(st.sampled_from(["q0", "q1", "P"]), max_size=3, unique=True)):
+        state.elastic_quotas[f"ns/{name}"] = quota(draw, name)
     return state, draw(st.lists(change(), min_size=1, max_size=25))
 
 
@@ -211,6 +236,19 @@ def dump(cluster: NodeCluster, table: UnitTable) -> dict[str, Any]:
     }
 
 
+def quota_dump(view: QuotaView) -> dict[str, Any]:
+    tree = view.tree
+    return {
+        "koordinator": view.koordinator,
+        "members": {
+            eq.key: sorted(p.key for p in view.members(eq))
+            for eq in view.state.elastic_quotas.values()
+        },
+        "runtime": None if tree is None else dict(sorted(tree.runtime.items())),
+        "request": None if tree is None else dict(sorted(tree.request.items())),
+    }
+
+
 def fresh_dump(state: ClusterState, now: Any) -> dict[str, Any] | str:
     try:
         cluster = NodeCluster(state)
@@ -230,6 +268,7 @@ def prime(index: NodeIndex, now: Any) -> None:
         index.cluster.free_rows_of(resources)
     for priority in PRIORITIES:
         index.table.eligible_mask(priority)
+    _ = index.planner(now).quota_view().tree  # the quota view too, with its tree
 
 
 def decisions(planner_of: Any, state: ClusterState) -> list[Any]:
@@ -263,6 +302,8 @@ def test_the_index_kept_current_equals_one_built_from_scratch(
     except InvalidInput as exc:
         got = str(exc)
     assert got == expected
+    if index.quotas is not None:
+        assert quota_dump(index.quotas) == quota_dump(QuotaView(state))
     assert decisions(lambda: index.planner(now), state) == decisions(
         lambda: NodePlanner(state, now), state
     )

@@ -403,3 +403,41 @@ def test_pods_naming_a_missing_scheduling_group_are_each_their_own_victim(
     cluster = NodeCluster(state)
     assert cluster.preemption_priority(state.pods["ml/a"]) == 10
     assert cluster.preemption_priority(state.pods["ml/b"]) == 20
+
+
+def test_koordinator_quota_tree_labels_and_shared_weight(tmp_path: Path) -> None:
+    text = """
+apiVersion: scheduling.sigs.k8s.io/v1alpha1
+kind: ElasticQuota
+metadata:
+  name: child
+  namespace: team
+  labels:
+    quota.scheduling.koordinator.sh/parent: parent
+    quota.scheduling.koordinator.sh/allow-lent-resource: "false"
+  annotations:
+    quota.scheduling.koordinator.sh/shared-weight: '{"cpu": "40", "nvidia.com/gpu": "2"}'
+spec:
+  min: {cpu: "10"}
+  max: {cpu: "20"}
+---
+apiVersion: scheduling.sigs.k8s.io/v1alpha1
+kind: ElasticQuota
+metadata:
+  name: parent
+  namespace: team
+  labels: {quota.scheduling.koordinator.sh/is-parent: "true"}
+spec:
+  max: {cpu: "40"}
+"""
+    quotas = load([write(tmp_path, text)]).state.elastic_quotas
+    child, parent = quotas["team/child"], quotas["team/parent"]
+    assert (child.parent, child.is_parent, child.allow_lent) == ("parent", False, False)
+    assert child.shared_weight == {"cpu": 40_000, "nvidia.com/gpu": 2}
+    assert (parent.parent, parent.is_parent, parent.allow_lent) == ("", True, True)
+    assert parent.shared_weight == {}
+    bad = text.replace('{"cpu": "40", "nvidia.com/gpu": "2"}', "forty")
+    with pytest.raises(ManifestError) as err:
+        load([write(tmp_path, bad)])
+    assert "shared-weight" in str(err.value)
+    assert "JSON resource list" in str(err.value)

@@ -418,7 +418,7 @@ class _Reader:
             self._put(st.pod_groups, pg.key, pg, where)
             return
         elif api_version in PLUGINS_GROUPS and kind == "ElasticQuota":
-            eq = nodes.elastic_quota(namespace, name, spec)
+            eq = nodes.elastic_quota(namespace, name, meta, spec)
             self._put(st.elastic_quotas, eq.key, eq, where)
             return
         elif api_version.startswith((GANG_API_PREFIX, GANG_API_BETA)) and kind in (

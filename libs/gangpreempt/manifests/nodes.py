@@ -3,6 +3,7 @@ scheduler-plugins PodGroup and ElasticQuota."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -10,6 +11,10 @@ from gangpreempt.manifests.fields import Fields
 from gangpreempt.manifests.podspec import constraints, pod_requests, requirements, taints
 from gangpreempt.model.pods import (
     KUEUE_WORKLOAD_ANNOTATION,
+    QUOTA_ALLOW_LENT_LABEL,
+    QUOTA_IS_PARENT_LABEL,
+    QUOTA_PARENT_LABEL,
+    QUOTA_SHARED_WEIGHT_ANNOTATION,
     UNIT_GROUP,
     ElasticQuota,
     LabelSelector,
@@ -135,13 +140,43 @@ def plugins_pod_group(namespace: str, name: str, meta: Fields, spec: Fields) -> 
     )
 
 
-def elastic_quota(namespace: str, name: str, spec: Fields) -> ElasticQuota:
+def elastic_quota(namespace: str, name: str, meta: Fields, spec: Fields) -> ElasticQuota:
     quota_min = spec.amounts("min")
     quota_max = spec.amounts("max")
     for res, amount in quota_min.items():
         if res in quota_max and amount > quota_max[res]:
             spec.fail("min", f"min of {res} ({amount}) is above its max ({quota_max[res]})")
-    return ElasticQuota(namespace=namespace, name=name, min=quota_min, max=quota_max)
+    labels = meta.text_map("labels")
+    annotations = meta.map_or_empty("annotations")
+    weight: dict[str, int] = {}
+    raw = annotations.raw(QUOTA_SHARED_WEIGHT_ANNOTATION)
+    if raw is not None:
+        try:
+            parsed = json.loads(raw) if isinstance(raw, str) else None
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            annotations.fail(
+                QUOTA_SHARED_WEIGHT_ANNOTATION,
+                f'expected a JSON resource list such as \'{{"cpu": "10"}}\', got {raw!r}',
+            )
+        located = {QUOTA_SHARED_WEIGHT_ANNOTATION: parsed}
+        weight = Fields(annotations.where, located, annotations.path).amounts(
+            QUOTA_SHARED_WEIGHT_ANNOTATION
+        )
+    parent = labels.get(QUOTA_PARENT_LABEL, "")
+    if parent == name:
+        meta.fail("labels", f"{QUOTA_PARENT_LABEL} names the quota itself")
+    return ElasticQuota(
+        namespace=namespace,
+        name=name,
+        min=quota_min,
+        max=quota_max,
+        parent=parent,
+        is_parent=labels.get(QUOTA_IS_PARENT_LABEL) == "true",
+        shared_weight=weight,
+        allow_lent=labels.get(QUOTA_ALLOW_LENT_LABEL) != "false",
+    )
 
 
 __all__ = [

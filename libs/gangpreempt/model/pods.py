@@ -24,6 +24,11 @@ PREEMPT_LOWER = "PreemptLowerPriority"
 PREEMPTIBLE_LABEL = "quota.scheduling.koordinator.sh/preemptible"
 CAN_PREEMPT_LABEL = "quota.scheduling.koordinator.sh/can-preempt"
 QUOTA_NAME_LABEL = "quota.scheduling.koordinator.sh/name"
+# Koordinator's ElasticQuota tree (labels and an annotation on the ElasticQuota).
+QUOTA_PARENT_LABEL = "quota.scheduling.koordinator.sh/parent"
+QUOTA_IS_PARENT_LABEL = "quota.scheduling.koordinator.sh/is-parent"
+QUOTA_ALLOW_LENT_LABEL = "quota.scheduling.koordinator.sh/allow-lent-resource"
+QUOTA_SHARED_WEIGHT_ANNOTATION = "quota.scheduling.koordinator.sh/shared-weight"
 SOFT_EVICTION_LABEL = "scheduling.koordinator.sh/soft-eviction"
 # Kueue: the annotation its integrations set on the pods of an admitted Workload.
 KUEUE_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
@@ -157,12 +162,18 @@ class PodDisruptionBudget(msgspec.Struct, frozen=True):
 
 class ElasticQuota(msgspec.Struct, frozen=True):
     """scheduling.sigs.k8s.io ElasticQuota: ``min`` guaranteed (non-preemptible usage),
-    ``max`` the ceiling of everything."""
+    ``max`` the ceiling of everything. Koordinator's tree: ``parent`` (a quota's name;
+    empty: the root), ``is_parent``, ``shared_weight`` (empty: ``max``) and
+    ``allow_lent`` (whether unused ``min`` may be lent to others)."""
 
     namespace: str
     name: str
     min: dict[str, Quantity]
     max: dict[str, Quantity]
+    parent: str = ""
+    is_parent: bool = False
+    shared_weight: dict[str, Quantity] = msgspec.field(default_factory=dict)
+    allow_lent: bool = True
 
     @property
     def key(self) -> str:
@@ -181,7 +192,11 @@ __all__ = [
     "PODS",
     "PREEMPTIBLE_LABEL",
     "PREEMPT_LOWER",
+    "QUOTA_ALLOW_LENT_LABEL",
+    "QUOTA_IS_PARENT_LABEL",
     "QUOTA_NAME_LABEL",
+    "QUOTA_PARENT_LABEL",
+    "QUOTA_SHARED_WEIGHT_ANNOTATION",
     "SOFT_EVICTION_LABEL",
     "UNIT_GROUP",
     "UNIT_POD",

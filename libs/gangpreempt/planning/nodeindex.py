@@ -8,8 +8,9 @@ priorities or rows everywhere (a PriorityClass, a WorkloadPriorityClass, a node 
 removed) mark the index stale, and the next ``planner`` builds it again; so does a
 change that cannot be taken in (a pod whose PriorityClass is unknown), which raises
 there as it would in a full build. A PodDisruptionBudget recomputes which budgets cover
-each unit. ``planner`` hands out a ``NodePlanner`` on a fork: its holds copy only the
-nodes they touch, and it is valid until the next change."""
+each unit. The ElasticQuota view (``QuotaView``) takes each pod in too; an ElasticQuota
+or a Node change builds it again. ``planner`` hands out a ``NodePlanner`` on a fork: its
+holds copy only the nodes they touch, and it is valid until the next change."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Node, Pod
 from gangpreempt.placement.cluster import NodeCluster
 from gangpreempt.planning.nodeplan import NodePlanner
+from gangpreempt.preemption.jobquota import QuotaView
 from gangpreempt.preemption.units import UnitTable
 
 REBUILD_KINDS = frozenset({"PriorityClass", "WorkloadPriorityClass"})
@@ -32,6 +34,7 @@ class NodeIndex:
         self.state = state
         self.cluster: NodeCluster | None = None
         self.table: UnitTable | None = None
+        self.quotas: QuotaView | None = None  # built on first use, then pod by pod
         self.builds = 0  # full builds so far (the first one included)
         self.stale_reason = "not built yet"
 
@@ -41,6 +44,7 @@ class NodeIndex:
 
     def _drop(self, reason: str) -> None:
         self.cluster = self.table = None
+        self.quotas = None
         self.stale_reason = reason
 
     def build(self, now: datetime) -> None:
@@ -61,13 +65,23 @@ class NodeIndex:
         assert self.table is not None
         self.table.set_now(now)
         cluster = self.cluster.fork()
+        if self.quotas is None:
+            self.quotas = QuotaView(self.state)
         return NodePlanner(
-            self.state, now, priority_search, index=(cluster, self.table.fork(cluster))
+            self.state,
+            now,
+            priority_search,
+            index=(cluster, self.table.fork(cluster)),
+            quotas=self.quotas,
         )
 
     def changed(self, kind: str, old: Any, new: Any) -> None:
         if self.cluster is None or self.table is None:
             return
+        if kind in ("ElasticQuota", "Node"):
+            self.quotas = None  # the quotas' tree or the cluster's total changed
+        elif kind == "Pod" and self.quotas is not None:
+            self.quotas.pod_changed(old, new)
         try:
             if kind == "Pod":
                 self._pod(old, new)

@@ -15,13 +15,16 @@ from gangpreempt.model.pods import CAN_PREEMPT_LABEL, NEVER, Pod, PodGroup
 from gangpreempt.placement.cluster import NodeCluster, add_into
 from gangpreempt.placement.gang import Shape, shapes_of
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim, plural
-from gangpreempt.preemption.capacity import CapacityQuotas, koordinator_quotas, search_capacity
-from gangpreempt.preemption.gang import GangSearch, best, domains
-from gangpreempt.preemption.jobquota import JobQuota, non_preemptible, quota_of
+from gangpreempt.preemption.capacity import CapacityQuotas, GangCapacity, search_capacity
+from gangpreempt.preemption.gang import Check, GangSearch, best, domains
+from gangpreempt.preemption.jobquota import JobQuota, QuotaView, non_preemptible, quota_of
 from gangpreempt.preemption.single import fits_now, nominated_usage, search_single
 from gangpreempt.preemption.units import Unit, UnitTable
 
 NODE_REASON = "PreemptionByScheduler"
+
+
+ANY_PRIORITY = 2**31  # above every int32 priority: the candidates at any priority
 
 
 def is_node_level(state: ClusterState, ref: str) -> bool:
@@ -57,9 +60,11 @@ class NodePlanner:
         now: datetime,
         priority_search: bool = True,
         index: tuple[NodeCluster, UnitTable] | None = None,
+        quotas: QuotaView | None = None,
     ) -> None:
         """``index``: a cluster and table kept current elsewhere (``NodeIndex``), to
-        decide on instead of building them from ``state``."""
+        decide on instead of building them from ``state``; ``quotas`` the same for the
+        ElasticQuotas (read only here)."""
         self.state = state
         self.now = now
         if index is None:
@@ -71,7 +76,7 @@ class NodePlanner:
         self.use_columns = True  # the gang search's column path where it applies
         self.rescheduling = False  # kube-scheduler 1.36's reprieve (``GangSearch``)
         self.promised: set[str] = set()  # units (refs) already chosen as victims
-        self._members_by_quota: dict[str, list[Pod]] | None = None
+        self._quota_view: QuotaView | None = quotas
         self._capacity: bool | None = None
         self._capacity_state: CapacityQuotas | None = None
 
@@ -163,7 +168,7 @@ class NodePlanner:
         """ElasticQuotas that are scheduler-plugins CapacityScheduling's (no pod speaks
         Koordinator's quota labels)."""
         if self._capacity is None:
-            self._capacity = bool(self.state.elastic_quotas) and not koordinator_quotas(self.state)
+            self._capacity = bool(self.state.elastic_quotas) and not self.quota_view().koordinator
         return self._capacity
 
     def _decide_capacity(self, pre: Preemptor) -> Decision:
@@ -216,22 +221,17 @@ class NodePlanner:
         eq = quota_of(self.state, pre.pods[0])
         if eq is None:
             return None
-        members = self._quota_members().get(eq.key, [])
         demand: dict[str, int] = {}
         for p in pre.pods:
             add_into(demand, p.requests)
-        return JobQuota(eq, members, demand, any(non_preemptible(p) for p in pre.pods))
+        return self.quota_view().job_quota(eq, demand, any(non_preemptible(p) for p in pre.pods))
 
-    def _quota_members(self) -> dict[str, list[Pod]]:
-        """ElasticQuota key -> its running pods, found once per snapshot."""
-        if self._members_by_quota is None:
-            self._members_by_quota = {}
-            if self.state.elastic_quotas:
-                for pod in self.state.pods.values():
-                    eq = quota_of(self.state, pod) if pod.running else None
-                    if eq is not None:
-                        self._members_by_quota.setdefault(eq.key, []).append(pod)
-        return self._members_by_quota
+    def quota_view(self) -> QuotaView:
+        """Each running pod's ElasticQuota and, for Koordinator, the tree's runtimes,
+        found once per snapshot."""
+        if self._quota_view is None:
+            self._quota_view = QuotaView(self.state)
+        return self._quota_view
 
     def _need(self, group: PodGroup) -> int:
         """How many more of the group's pods must be placed: minCount less its members
@@ -388,14 +388,18 @@ class NodePlanner:
     def _decide_gang(self, pre: Preemptor, quota: JobQuota | None) -> Decision:
         shapes = shapes_of(pre.pods, self.cluster)
         required = self._required(pre, shapes)
-        checks = [quota] if quota is not None else []
+        checks: list[Check] = [quota] if quota is not None else []
         quota_units: set[str] = set()
         if quota is not None:
-            quota_units = {
-                u.ref
-                for u in self.table.units.values()
-                if any(p.key in quota.usage for p in u.pods)
-            }
+            quota_units = self.table.refs_of(quota.usage)
+        capacity: GangCapacity | None = None
+        if self._capacity_scheduling():
+            demand: dict[str, int] = {}
+            for p in pre.pods:
+                add_into(demand, p.requests)
+            ns = pre.pods[0].namespace
+            capacity = GangCapacity(self._capacity_quotas(), self.state, ns, demand)
+            checks = [capacity]
         search = GangSearch(
             self.table,
             shapes,
@@ -425,7 +429,10 @@ class NodePlanner:
                 )
         refusal = self._may_preempt(pre)
         if refusal is not None:
-            why = quota.why_not() if quota is not None else None
+            if capacity is not None:
+                why = capacity.why_not()
+            else:
+                why = quota.why_not() if quota is not None else None
             detail = f" ({quota.quota.ref}: {why})" if quota is not None and why else ""
             return self._decision(
                 pre,
@@ -437,21 +444,44 @@ class NodePlanner:
                 f"does not fit{detail} and {refusal}",
             )
         search.candidates_below(pre.priority, self._own_units(pre))
+        if capacity is not None:
+            # CapacityScheduling's namespace rules, read per gang (``GangCapacity``); a
+            # gang within its min reclaims whatever the victims' priority.
+            within = capacity.has_quota and not capacity.borrowing
+            listed = (
+                self.table.candidates(ANY_PRIORITY, self._own_units(pre))
+                if within
+                else search.candidates
+            )
+            search.candidates = [u for u in listed if capacity.allows(u, pre.priority)]
+            search.quota_units = {u.ref for u in search.candidates}
+        elif quota is not None and self.quota_view().koordinator:
+            # Koordinator's ElasticQuota preemption: victims only from the same quota.
+            search.candidates = [
+                u for u in search.candidates if all(p.key in quota.usage for p in u.pods)
+            ]
         outcomes = [o for o in (search.run(d) for d in doms) if o is not None]
         chosen = best(outcomes, self.now)
         if chosen is None:
             detail = "; ".join(search.skipped[:3])
-            return self._decision(
-                pre,
-                quota,
-                "NoFit",
-                PENDING,
-                [],
-                {},
+            message = (
                 "cannot be placed even after preempting every lower-priority "
                 f"candidate{': ' + detail if detail else ''} (it needs more nodes with "
-                "room, fewer or smaller pods, or a higher priority)",
+                "room, fewer or smaller pods, or a higher priority)"
             )
+            gone = [p.key for u in search.candidates for p in u.pods]
+            if checks and not all(c.fits(gone) for c in checks):
+                why = capacity.why_not() if capacity is not None else None
+                if why is None and quota is not None:
+                    why = quota.why_not()
+                ref = quota.quota.ref if quota is not None else "its ElasticQuota"
+                message = (
+                    f"its quota refuses it even with every candidate it may take gone "
+                    f"({ref}{': ' + why if why else ''}; in "
+                    f"{'CapacityScheduling' if capacity is not None else 'Koordinator'}, "
+                    "victims come only from what the quota rules allow)"
+                )
+            return self._decision(pre, quota, "NoFit", PENDING, [], {}, message)
         where = f" in {chosen.domain}" if topology else ""
         n_pods = sum(len(u.pods) for u in chosen.victims)
         message = (

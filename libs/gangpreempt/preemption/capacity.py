@@ -39,16 +39,7 @@ from gangpreempt.preemption.single import (
 from gangpreempt.preemption.units import Unit, UnitTable
 
 STANDARD = ("cpu", "memory", "ephemeral-storage")
-KOORDINATOR_PREFIX = "quota.scheduling.koordinator.sh/"
 Usage = dict[str, int]
-
-
-def koordinator_quotas(state: ClusterState) -> bool:
-    """Do the pods speak Koordinator's quota labels? Then its job-level model applies
-    (``jobquota``); else the ElasticQuotas are CapacityScheduling's, one per namespace."""
-    return any(
-        key.startswith(KOORDINATOR_PREFIX) for pod in state.pods.values() for key in pod.labels
-    )
 
 
 def _bound(values: Mapping[str, int], res: str, unlisted: float) -> float:
@@ -226,4 +217,72 @@ def search_capacity(
     return best_node(allowed, candidate_limit(len(allowed)), table.now, select)
 
 
-__all__ = ["CapacityQuotas", "koordinator_quotas", "search_capacity", "select_on_node"]
+class GangCapacity:
+    """CapacityScheduling's namespace rules for a gang, which the plugin (deciding pod
+    by pod) does not have: read at the gang level. The gang's namespace is borrowing
+    when the whole gang puts it over its ``min``: it then takes only lower-priority units
+    of its own namespace; within its ``min`` it reclaims from other namespaces over
+    their ``min``, whatever their priority, only down to it (on each resource they were
+    over it, with the victims gone they are still at least at it); a gang without a
+    quota takes only lower-priority units without one. ``fits`` is the check the gang
+    search runs: the gang's quota within ``max``, all quotas within the sum of ``min``,
+    and the reclaim bound."""
+
+    def __init__(
+        self, quotas: CapacityQuotas, state: ClusterState, namespace: str, demand: Usage
+    ) -> None:
+        self.quotas = quotas
+        self.ns = namespace
+        self.demand = dict(demand)
+        self.has_quota = quotas.quota(namespace) is not None
+        self.borrowing = self.has_quota and quotas.over_min_with(namespace, demand, quotas.used)
+        self.pods = state.pods
+
+    def allows(self, unit: Unit, priority: int) -> bool:
+        """Whether the gang may take ``unit`` (the plugin's rule, read per gang)."""
+        theirs = {p.namespace for p in unit.pods}
+        q = self.quotas
+        if not self.has_quota:
+            return unit.priority < priority and all(q.quota(n) is None for n in theirs)
+        if self.borrowing:
+            return unit.priority < priority and theirs == {self.ns}
+        return self.ns not in theirs and all(
+            q.quota(n) is not None and q.over_min(n, q.used) for n in theirs
+        )
+
+    def fits(self, removed: Iterable[str] = ()) -> bool:
+        q = self.quotas
+        used = {n: dict(u) for n, u in q.used.items()}
+        touched: set[str] = set()
+        for key in removed:
+            pod = self.pods.get(key)
+            if pod is not None and pod.running and pod.namespace in used:
+                add_into(used[pod.namespace], pod.requests, -1)
+                touched.add(pod.namespace)
+        if not self.has_quota:
+            return True
+        if q.over_max_with(self.ns, self.demand, used):
+            return False
+        if q.aggregated_over_min_with(self.demand, used):
+            return False
+        for n in touched - {self.ns}:
+            low = q.by_ns[n].min
+            for res, before in q.used[n].items():
+                bound = _bound(low, res, 0.0)
+                if before > bound and used[n].get(res, 0) < bound:
+                    return False
+        return True
+
+    def why_not(self) -> str | None:
+        """Why the gang does not fit its quota as things are, or None."""
+        if not self.has_quota:
+            return None
+        key = self.quotas.by_ns[self.ns].key
+        if self.quotas.over_max_with(self.ns, self.demand, self.quotas.used):
+            return f"ElasticQuota {key}: its max would be exceeded"
+        if self.quotas.aggregated_over_min_with(self.demand, self.quotas.used):
+            return "the ElasticQuotas' usage would exceed the sum of their min"
+        return None
+
+
+__all__ = ["CapacityQuotas", "GangCapacity", "search_capacity", "select_on_node"]
