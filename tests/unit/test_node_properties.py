@@ -248,6 +248,41 @@ def test_rescheduling_reprieve_equals_brute_force(case: tuple[ClusterState, str]
 
 
 @SETTINGS
+@given(clusters(gang=True, pdb=False))
+def test_fixed_placement_reprieve_equals_brute_force(case: tuple[ClusterState, str]) -> None:
+    """kube-scheduler 1.37's reprieve (the default) with ``--no-priority-search``: given
+    the placement it chose, the victims are the set whose kept units are first in
+    importance order among those that leave room for every placed pod on its node
+    (brute force over every subset of candidate units)."""
+    state, ref = case
+    for columns in (True, False):  # the column path and the general one
+        planner = NodePlanner(state, NOW, priority_search=False)
+        planner.use_columns = columns
+        check_fixed_placement(state, planner, planner.decide(planner.resolve(ref)))
+
+
+def check_fixed_placement(state: ClusterState, planner: NodePlanner, d: Decision) -> None:
+    if d.outcome != PREEMPT:
+        return
+    cands = planner.table.candidates(PREEMPTOR_PRIORITY)  # most important first
+    base = {n: 8 - v.used.get(GPU, 0) for n, v in planner.cluster.by_name.items()}
+    for pod_ref, node in d.placement.items():
+        base[node] -= state.pods[pod_ref.removeprefix("Pod/")].requests[GPU]
+    best: set[str] | None = None
+    for mask in itertools.product((True, False), repeat=len(cands)):  # kept first
+        free = dict(base)
+        for unit, kept in zip(cands, mask, strict=True):
+            if not kept:
+                for p in unit.pods:
+                    free[p.node_name] += p.requests.get(GPU, 0)
+        if all(v >= 0 for v in free.values()):
+            best = {u.ref for u, k in zip(cands, mask, strict=True) if not k}
+            break
+    assert best is not None
+    assert {v.object for v in d.victims} == best, d.message
+
+
+@SETTINGS
 @given(clusters(gang=False, pdb=False), st.sampled_from([0, 10, 45, 70]))
 def test_the_vectorized_dry_run_equals_the_node_by_node_walk(
     case: tuple[ClusterState, str], priority: int
