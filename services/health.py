@@ -1,7 +1,8 @@
-"""``/healthz`` and ``/readyz`` over plain HTTP, for the Deployments' probes.
+"""``/healthz`` and ``/readyz`` over plain HTTP, for the Deployments' probes, and
+``/metrics`` for Prometheus.
 
 Live: the event loop answers. Ready: the service is connected to NATS and has started
-its work (``ready`` is set)."""
+its work (``ready`` is set). Metrics: the process's registry (``telemetry.metrics``)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,18 @@ from collections.abc import AsyncIterator, Callable
 
 import structlog
 
+from gangpreempt.telemetry import metrics
+
 log = structlog.get_logger("gangpreempt.service")
 
 
-def _response(status: str, body: str) -> bytes:
-    return (
-        f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
-        f"Connection: close\r\n\r\n{body}"
-    ).encode()
+def _response(status: str, body: str | bytes, content_type: str = "text/plain") -> bytes:
+    data = body.encode() if isinstance(body, str) else body
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + data
 
 
 @contextlib.asynccontextmanager
@@ -43,6 +48,9 @@ async def health_endpoint(port: int, ready: Callable[[], bool]) -> AsyncIterator
                     if ok
                     else _response("503 Service Unavailable", "not ready\n")
                 )
+            elif path == "/metrics" or path.startswith("/metrics?"):
+                body, content_type = metrics.exposition()
+                writer.write(_response("200 OK", body, content_type))
             else:
                 writer.write(_response("404 Not Found", "not found\n"))
             await writer.drain()

@@ -27,6 +27,7 @@ from gangpreempt.bus.topology import Topology
 from gangpreempt.errors import Transient
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.telemetry import metrics
 
 log = structlog.get_logger("gangpreempt.replica")
 
@@ -43,6 +44,7 @@ class StateReplica:
         self._listeners: list[Callable[[str, Any, Any], None]] = []
         self.dead_letters = DeadLetters(nc, topology, service)
         self._pending_dlq: set[asyncio.Task[None]] = set()
+        metrics.state_objects(self, lambda replica: kinds.counts(replica.state))
         self.follower = Follower(
             nc,
             topology.state_stream,

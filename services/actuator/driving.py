@@ -48,6 +48,7 @@ from gangpreempt.planning.records import (
     advance,
 )
 from gangpreempt.replica import StateReplica
+from gangpreempt.telemetry import metrics
 from services import simwire
 from services.actuator.sinks import Sink
 from services.kube.client import ApiError
@@ -188,6 +189,7 @@ class Driver:
     async def actuate(self, rec: PlanRecord, revision: int, token: int) -> None:
         p = rec.proposal
         assert p is not None
+        confirmed_at = rec.updated_at if rec.state == "confirmed" else None
         if rec.state != ACTUATING or rec.fencing_token != token:
             fault("before-actuation")
             rec, revision = await self.write(rec, revision, ACTUATING, fencing_token=token)
@@ -236,6 +238,13 @@ class Driver:
             fencing_token=token,
             actuated=done,
             announced=True,
+        )
+        metrics.hop("confirmed_to_actuated", confirmed_at, self.now())
+        taken = [v for v, ok in zip(p.victims, results, strict=True) if ok]
+        metrics.plan_actuated(
+            p.cluster_queue,
+            [v.reason for v in taken],
+            sum(max(1, len(v.pods)) for v in taken),
         )
         log.info("plan actuated", plan_id=p.plan_id, workload=p.preemptor, victims=len(done))
 

@@ -30,6 +30,7 @@ from gangpreempt.bus.records import RecordBook, RecordStore
 from gangpreempt.errors import Fenced, Transient
 from gangpreempt.planning.records import PlanRecord, actuator_owes
 from gangpreempt.replica import StateReplica
+from gangpreempt.telemetry import metrics
 from services.actuator.driving import Driver
 from services.actuator.kubernetes import KubeSink
 from services.actuator.sinks import LogSink, SimSink, Sink
@@ -180,6 +181,8 @@ class Actuator:
         kv, leases = await ctx.persevering("bind the buckets", self.buckets)
         self.leases = leases
         lease = self.lease = Lease(leases, LEASE_KEY, self.holder, ctx.settings.lease_ttl)
+        metrics.LEASE_HOLDER.labels(ctx.service).set_function(lambda: float(lease.valid()))
+        metrics.FENCING_TOKEN.labels(ctx.service).set_function(lambda: float(lease.token or 0))
         self.driver = Driver(
             RecordStore(kv),
             self.book,

@@ -21,6 +21,7 @@ import structlog
 from gangpreempt.config import Settings
 from gangpreempt.errors import Transient
 from gangpreempt.manifests.objects import ObjectCache
+from gangpreempt.telemetry import metrics
 from gangpreempt.waiting import sleep_or_stop
 from services.ingest.sources import Differ
 from services.kube.access import WATCHED
@@ -97,6 +98,9 @@ class KubeSource:
         objects = self.store.all_objects()
         upserts, deletes = await asyncio.to_thread(self._decode, objects, everything)
         self.decode_seconds = time.monotonic() - started
+        metrics.DECODE_SECONDS.labels("kubernetes").observe(self.decode_seconds)
+        if everything:
+            metrics.RELISTS.labels("kubernetes").inc()
         if everything and self.on_stream is not None:
             try:
                 leftovers = await self.on_stream() - self.differ.keys() - set(deletes)

@@ -4,6 +4,7 @@ the objects that changed."""
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import structlog
@@ -14,6 +15,7 @@ from gangpreempt.manifests.yamlio import yaml_files
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.workloads import Workload
+from gangpreempt.telemetry import metrics
 from services.ingest.timeline import TIMELINE
 
 log = structlog.get_logger("gangpreempt.ingest")
@@ -78,6 +80,7 @@ class ManifestSource:
             if not stable or fp == self._fingerprint:
                 return None
         self._fingerprint = self._seen = fp
+        started = time.perf_counter()
         try:
             state = self.read()
         except ManifestError as exc:
@@ -85,6 +88,8 @@ class ManifestSource:
                 raise
             log.error("manifests rejected; keeping the previous state", error=str(exc))
             return None
+        metrics.DECODE_SECONDS.labels("manifests").observe(time.perf_counter() - started)
+        metrics.RELISTS.labels("manifests").inc()
         return self.differ.diff(state)
 
 

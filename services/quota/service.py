@@ -33,6 +33,7 @@ from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.inflight import PlanInFlight, rejection
 from gangpreempt.planning.nodeplan import NodePlanner, with_nodes
 from gangpreempt.planning.records import TERMINAL, PlanRecord, new_record
+from gangpreempt.telemetry import metrics
 from services.livestate import LiveState, key_of
 from services.quota.confirming import Confirmer
 from services.quota.flights import ACTUATED, ADMITTING, REQUESTED, Flight, Flights
@@ -124,6 +125,7 @@ class Quota:
             and not (same and old is not None and old.status in leaving)
         ):
             self.nodes.actuated(key, new.record.actuated)  # only the victims evicted leave
+            metrics.hop_started("actuated", new.record.preemptor, new.record.updated_at)
 
     def on_state_change(self, kind: str, old: Any, new: Any) -> None:
         self.changes += 1
@@ -261,11 +263,16 @@ class Quota:
             say("nothing decided: the starting state is not complete yet", seq=self.replica.seq)
             self.waiting_logged = True
             return
+        started = time.perf_counter()
         state, now, seq = self.replica.state, self.ctx.now(), self.replica.seq
         ready = self.settle_flights()
         snapshot = self.live.snapshot(now)  # plans in flight are held in it
-        with snapshot.scratch():  # nothing awaits in here: the replica cannot interleave
+        with snapshot.scratch(), metrics.core_call("admission_pass"):
+            # nothing awaits in here: the replica cannot interleave
             decisions = admission_pass(snapshot, self.flights.waiting())
+        for d in decisions:
+            result = "success" if d.outcome == "Admit" else "inadmissible"
+            metrics.KUEUE_ADMISSION_ATTEMPTS.labels(result).inc()
         outbox: list[events.Event] = []
         planner: NodePlanner | None = None
         if state.pods:
@@ -315,19 +322,20 @@ class Quota:
                 )
         if planner is not None:
             try:
-                outbox += node_events(
-                    planner,
-                    self.flights,
-                    seq,
-                    now,
-                    lambda pre, d: self.request(
-                        pre.ref,
-                        d,
-                        priority=pre.priority,
-                        claimed=tuple(sorted(planner.promised - {v.object for v in d.victims})),
-                    ),
-                    self.fresh,
-                )
+                with metrics.core_call("node_decisions"):
+                    outbox += node_events(
+                        planner,
+                        self.flights,
+                        seq,
+                        now,
+                        lambda pre, d: self.request(
+                            pre.ref,
+                            d,
+                            priority=pre.priority,
+                            claimed=tuple(sorted(planner.promised - {v.object for v in d.victims})),
+                        ),
+                        self.fresh,
+                    )
             except InvalidInput as exc:  # e.g. a pod whose PriorityClass is not here yet
                 log.warning("node-level decisions skipped until the state changes", error=str(exc))
         self.retry_due = self.flights.next_retry()
@@ -346,6 +354,10 @@ class Quota:
             # what did arrive is dropped as a duplicate) instead of taking them as sent.
             self.published.clear()
             raise
+        took = time.perf_counter() - started
+        metrics.CYCLE_SECONDS.observe(took)
+        metrics.KUEUE_ATTEMPT_DURATION.observe(took)
+        metrics.CYCLE_SIZE.observe(len(decisions) + (planner.decided if planner else 0))
 
     def request(
         self,

@@ -26,6 +26,7 @@ from gangpreempt.model.workloads import Workload
 from gangpreempt.planning import Decision, Victim, plan_on
 from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.planning.records import REQUESTED
+from gangpreempt.telemetry import metrics
 from services.livestate import LiveState, key_of
 from services.runtime import ServiceContext
 
@@ -101,9 +102,10 @@ class Victims:
             return infeasible("the preemptor no longer exists")
         if not wl.is_pending:
             return infeasible("the preemptor is no longer pending")
-        decision = plan_on(
-            self.live.snapshot(now), f"Workload/{key}", excluded=req.claimed
-        ).decisions[0]
+        with metrics.core_call("victim_search"):
+            decision = plan_on(
+                self.live.snapshot(now), f"Workload/{key}", excluded=req.claimed
+            ).decisions[0]
         if decision.outcome != "Preempt":
             return infeasible(f"{decision.outcome}: {decision.message}")
         return self.proposal(req, plan_id, decision, wl.uid, [ps.name for ps in wl.pod_sets])
@@ -121,7 +123,8 @@ class Victims:
             planner = self.live.nodes.planner(now)
             planner.promised.update(req.claimed)
             pre = planner.resolve(req.workload)
-            decision = planner.decide(pre)
+            with metrics.core_call("victim_search"):
+                decision = planner.decide(pre)
         except InvalidInput as exc:
             return infeasible(str(exc))
         if decision.outcome != "Preempt":

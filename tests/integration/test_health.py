@@ -1,4 +1,5 @@
-"""The probes' endpoint: /healthz answers while the loop runs, /readyz only when ready."""
+"""The probes' endpoint: /healthz answers while the loop runs, /readyz only when ready,
+/metrics with the process's Prometheus registry."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import socket
 
 import pytest
 
+from gangpreempt.telemetry import metrics
 from services.health import health_endpoint
 
 pytestmark = pytest.mark.integration
@@ -36,7 +38,16 @@ async def test_liveness_and_readiness() -> None:
         assert (await get(port, "/readyz"))[0] == 503
         ready = True
         assert await get(port, "/readyz") == (200, "ready\n")
-        assert (await get(port, "/metrics"))[0] == 404
+        assert (await get(port, "/nothing"))[0] == 404
+        metrics.DEAD_LETTERS.labels("test", "decode").inc()
+        status, body = await get(port, "/metrics")
+        assert status == 200
+        assert "# TYPE gangpreempt_plans_total counter" in body
+        assert "# TYPE kueue_preempted_workloads_total counter" in body
+        line = 'gangpreempt_dead_letters_total{reason="decode",service="test"}'
+        assert any(
+            row.startswith(line) and float(row.split()[-1]) >= 1 for row in body.splitlines()
+        )
     with pytest.raises(ConnectionRefusedError):
         await get(port, "/healthz")  # closed with its context
 

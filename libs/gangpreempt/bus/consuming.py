@@ -29,7 +29,7 @@ from gangpreempt import events
 from gangpreempt.bus.publishing import HEADER_SERVICE, HEADER_TYPE, header_size, subject_template
 from gangpreempt.bus.topology import Topology
 from gangpreempt.errors import InvalidInput, Transient
-from gangpreempt.telemetry import process_span
+from gangpreempt.telemetry import metrics, process_span
 from gangpreempt.waiting import sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.bus")
@@ -63,6 +63,21 @@ def describe_undecodable(data: bytes) -> tuple[str, str]:
     return "", ""
 
 
+def dead_letter_class(reason: str) -> str:
+    """The metric label of a dead letter's reason (the reasons ``Consumer`` gives)."""
+    if reason.startswith("cannot decode"):
+        return "decode"
+    if reason.startswith("invalid:") and "does not belong on" in reason:
+        return "wrong_subject"
+    if reason.startswith("invalid"):
+        return "invalid"
+    if reason.startswith("handler failed"):
+        return "handler_failed"
+    if reason.startswith("cannot apply state"):
+        return "state"
+    return "other"
+
+
 class DeadLetters:
     def __init__(self, nc: Client, topology: Topology, service: str) -> None:
         self.js = nc.jetstream()
@@ -90,9 +105,18 @@ class DeadLetters:
             body = body[: max(0, room - 64)]
         subject = self.topology.dlq_subject(self.service)
         await self.js.publish(subject, body, headers=headers, stream=self.topology.dlq_stream)
+        metrics.DEAD_LETTERS.labels(self.service, dead_letter_class(reason)).inc()
         log.warning(
             "dead-lettered", subject=msg.subject, reason=reason, event_type=etype, event_id=eid
         )
+
+
+def _pending(msg: Msg) -> int | None:
+    """Messages stored for the consumer behind this one, when the server said."""
+    try:
+        return int(msg.metadata.num_pending)
+    except Exception:  # not a JetStream delivery (a test's hand-made message)
+        return None
 
 
 def backoff(num_delivered: int) -> float:
@@ -184,6 +208,7 @@ class Consumer:
             try:
                 msgs = await psub.fetch(self.batch, timeout=0.5)
             except (TimeoutError, NatsTimeoutError):
+                metrics.idle(self.durable)
                 continue
             except Exception as exc:  # NATS away: the client reconnects, we try again
                 log.warning("fetch failed", durable=self.durable, error=repr(exc))
@@ -255,6 +280,7 @@ class Consumer:
                 event_id=event.id, event_type=events.event_type(event)
             )
             delivery = Delivery(msg)
+            metrics.consumed(event, self.durable, delivery.num_delivered, _pending(msg))
             try:
                 result = await self.handler(event, delivery)
             except InvalidInput as exc:

@@ -12,7 +12,7 @@ from nats.js.api import PubAck
 from gangpreempt import events
 from gangpreempt.bus.topology import Topology
 from gangpreempt.errors import InvalidInput
-from gangpreempt.telemetry import inject, publish_span
+from gangpreempt.telemetry import inject, metrics, publish_span
 
 HEADER_TYPE = "gp-type"
 HEADER_SERVICE = "gp-service"
@@ -32,6 +32,12 @@ def subject_template(topology: Topology, subject: str) -> str:
     if len(parts) >= 5 and parts[1] == "state":
         return f"{topology.prefix}.state.{parts[2]}.{{namespace}}.{{name}}"
     return subject
+
+
+def _stored(ack: asyncio.Future[PubAck], event: events.Event) -> None:
+    """The stream stored ``event`` (a duplicate of one stored before is not counted)."""
+    if not ack.cancelled() and ack.exception() is None and not ack.result().duplicate:
+        metrics.published(event)
 
 
 class Publisher:
@@ -65,10 +71,14 @@ class Publisher:
             # A STATE object: no span of its own (one per object cost more CPU than the
             # publish itself); it carries the context of the batch it is part of.
             inject(headers)
-            return await self._send(subject, body, headers, f"{etype} {event.id}")
+            ack = await self._send(subject, body, headers, f"{etype} {event.id}")
+            metrics.state_sent(etype)
+            return ack
         with publish_span(subject, template, event.id, len(body)):
             inject(headers)
-            return await self._send(subject, body, headers, f"{etype} {event.id}")
+            ack = await self._send(subject, body, headers, f"{etype} {event.id}")
+        ack.add_done_callback(lambda done: _stored(done, event))
+        return ack
 
     async def _send(
         self, subject: str, body: bytes, headers: dict[str, str], what: str

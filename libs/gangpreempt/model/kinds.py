@@ -83,6 +83,11 @@ def remove(state: ClusterState, kind: str, key: str) -> Any:
     return getattr(state, KINDS[kind][1]).pop(key, None)
 
 
+def counts(state: ClusterState) -> dict[str, int]:
+    """How many objects of each kind the state holds."""
+    return {kind: len(getattr(state, table)) for kind, (_model, table) in KINDS.items()}
+
+
 def objects(state: ClusterState) -> list[Any]:
     """Every object of the state, in a stable order (kind, then key)."""
     out: list[Any] = []

@@ -75,6 +75,7 @@ class NodePlanner:
         self.priority_search = priority_search
         self.use_columns = True  # the gang search's column path where it applies
         self.rescheduling = False  # kube-scheduler 1.36's reprieve (``GangSearch``)
+        self.decided = 0  # decisions made (a service's metrics count them)
         self.promised: set[str] = set()  # units (refs) already chosen as victims
         self._quota_view: QuotaView | None = quotas
         self._capacity: bool | None = None
@@ -154,6 +155,7 @@ class NodePlanner:
     # -- deciding -------------------------------------------------------------------------
 
     def decide(self, pre: Preemptor) -> Decision:
+        self.decided += 1
         quota = self._quota(pre)
         blocked = self._blocked(pre)
         if blocked is not None:

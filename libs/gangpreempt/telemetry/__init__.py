@@ -1,5 +1,6 @@
 """Logs (structlog JSON) and traces (OpenTelemetry) for the services."""
 
+from gangpreempt.telemetry import metrics
 from gangpreempt.telemetry.logs import setup_logging
 from gangpreempt.telemetry.tracing import (
     extract,
@@ -15,6 +16,7 @@ from gangpreempt.telemetry.tracing import (
 __all__ = [
     "extract",
     "inject",
+    "metrics",
     "process_span",
     "publish_batch_span",
     "publish_span",
