@@ -19,6 +19,7 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
+from opentelemetry import trace
 
 from gangpreempt import events
 from gangpreempt.bus.consuming import DeadLetters, describe_undecodable
@@ -28,6 +29,7 @@ from gangpreempt.errors import Transient
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.telemetry import metrics
+from gangpreempt.telemetry.tracing import MAX_LINKS, link_of
 
 log = structlog.get_logger("gangpreempt.replica")
 
@@ -45,6 +47,9 @@ class StateReplica:
         self.dead_letters = DeadLetters(nc, topology, service)
         self._pending_dlq: set[asyncio.Task[None]] = set()
         metrics.state_objects(self, lambda replica: kinds.counts(replica.state))
+        # Span contexts of the STATE messages applied since ``take_links`` last ran.
+        self._links: dict[int, trace.SpanContext] = {}
+        self._last_parent: str | None = None
         self.follower = Follower(
             nc,
             topology.state_stream,
@@ -63,8 +68,24 @@ class StateReplica:
     async def stop(self) -> None:
         await self.follower.stop()
 
+    def take_links(self) -> list[trace.SpanContext]:
+        """The span contexts of the STATE batches applied since the last call (what a
+        quota cycle links its span to), newest last."""
+        links = list(self._links.values())
+        self._links.clear()
+        return links
+
     async def _on_msg(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
+        parent = msg.headers.get("traceparent") if msg.headers else None
+        if parent is not None and parent != self._last_parent:  # a batch shares one
+            self._last_parent = parent
+            link = link_of(msg.headers)
+            if link is not None:
+                self._links.pop(link.span_id, None)
+                self._links[link.span_id] = link
+                if len(self._links) > MAX_LINKS:
+                    self._links.pop(next(iter(self._links)))
         change: tuple[str, Any, Any] | None = None
         try:
             event = events.decode(msg.data)

@@ -48,7 +48,8 @@ from gangpreempt.planning.records import (
     advance,
 )
 from gangpreempt.replica import StateReplica
-from gangpreempt.telemetry import metrics
+from gangpreempt.telemetry import metrics, tracer
+from gangpreempt.telemetry.tracing import continued_span
 from services import simwire
 from services.actuator.sinks import Sink
 from services.kube.client import ApiError
@@ -107,13 +108,15 @@ class Driver:
             if step == FENCED:
                 raise Fenced(f"plan {plan_id} is actuating under a newer token")
             try:
-                if step == DROP:
-                    assert stale is not None
-                    await self.drop(rec, revision, token, stale)
-                elif step == ANNOUNCE:
-                    await self.announce_drop(rec, revision)
-                else:
-                    await self.actuate(rec, revision, token)
+                attributes = {"gangpreempt.plan_id": plan_id, "gangpreempt.fencing_token": token}
+                with continued_span(f"actuator {step}", rec.trace, None, attributes):
+                    if step == DROP:
+                        assert stale is not None
+                        await self.drop(rec, revision, token, stale)
+                    elif step == ANNOUNCE:
+                        await self.announce_drop(rec, revision)
+                    else:
+                        await self.actuate(rec, revision, token)
                 return
             except Conflict:
                 continue  # the record moved on meanwhile: read it and decide again
@@ -252,6 +255,14 @@ class Driver:
         """Evict one victim (idempotent for this plan); False when the sink refused."""
         self.lease.check()
         started = time.monotonic()
+        with tracer().start_as_current_span(
+            "evict", attributes={"gangpreempt.victim": v.object, "gangpreempt.sink": self.sink.name}
+        ):
+            return await self._evict(p, v, token, started)
+
+    async def _evict(
+        self, p: events.PlanProposed, v: events.PlannedVictim, token: int, started: float
+    ) -> bool:
         try:
             reply = await self.sink.evict(
                 simwire.EvictRequest(

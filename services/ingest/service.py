@@ -28,7 +28,7 @@ from gangpreempt.errors import InvalidInput
 from gangpreempt.model import kinds
 from gangpreempt.model.workloads import Workload
 from gangpreempt.replica import StateReplica
-from gangpreempt.telemetry import publish_batch_span
+from gangpreempt.telemetry import publish_batch_span, tracer
 from services import simwire
 from services.ingest.journal import Journal, Line
 from services.ingest.kubernetes import KubeSource
@@ -174,6 +174,14 @@ class Ingest:
         return any(s.when is not None and i not in self.fired for i, s in enumerate(self.steps))
 
     async def play(self, step: Step) -> None:
+        """One step, in a span of its own (the child of the event that triggered it): the
+        STATE changes it makes carry it, and the quota cycle that decides on them links
+        to it."""
+        what = step.apply or step.delete or step.finish or ""
+        with tracer().start_as_current_span("timeline step", attributes={"gangpreempt.step": what}):
+            await self._play(step)
+
+    async def _play(self, step: Step) -> None:
         assert self.sim is not None
         if step.apply:
             source = ManifestSource(str(Path(self.scenario) / step.apply))

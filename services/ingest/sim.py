@@ -29,6 +29,7 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
+from opentelemetry import context
 
 from gangpreempt import events
 from gangpreempt.bus import Publisher
@@ -49,10 +50,13 @@ from gangpreempt.model.workloads import (
     Workload,
 )
 from gangpreempt.planning.barrier import LiveObject, live_object
+from gangpreempt.telemetry import extract
+from gangpreempt.telemetry.tracing import current_carrier
 from services.ingest.journal import EvictionEntry, Journal
 from services.simwire import EvictReply, EvictRequest, StatsReply
 
 log = structlog.get_logger("gangpreempt.sim")
+Item = tuple[str, str, dict[str, str]]  # a change to publish: kind, key, trace context
 
 
 def with_condition(conditions: tuple[Condition, ...], cond: Condition) -> tuple[Condition, ...]:
@@ -90,7 +94,8 @@ class SimCluster:
         self.soft_evicted: list[str] = []
         self._timers: set[asyncio.Task[None]] = set()
         # The world changes at once; its STATE events follow in order, as a watch does.
-        self._outbox: asyncio.Queue[tuple[str, str]] = asyncio.Queue()  # (kind, key)
+        # (kind, key, the trace context of the change: its STATE event carries it)
+        self._outbox: asyncio.Queue[Item] = asyncio.Queue()
         self._versions: dict[tuple[str, str], int] = {}  # the version of each change
         self._deleted_uids: dict[tuple[str, str], str] = {}
         self._writer: asyncio.Task[None] | None = None
@@ -109,7 +114,8 @@ class SimCluster:
     async def _write(self) -> None:
         while True:
             item = await self._outbox.get()
-            event = self._event_for(*item)
+            event = self._event_for(item[0], item[1])
+            token = context.attach(extract(item[2]))
             try:
                 ack = await self.publisher.send(event)
             except Exception as exc:
@@ -117,17 +123,17 @@ class SimCluster:
                 await asyncio.sleep(0.2)
                 self._again(item)
                 continue
+            finally:
+                context.detach(token)
             waiter = asyncio.ensure_future(self._acked(item, event, ack))
             self._acks.add(waiter)
             waiter.add_done_callback(self._acks.discard)
 
-    def _again(self, item: tuple[str, str]) -> None:
+    def _again(self, item: Item) -> None:
         self._outbox.put_nowait(item)
         self._outbox.task_done()
 
-    async def _acked(
-        self, item: tuple[str, str], event: events.Event, ack: asyncio.Future[Any]
-    ) -> None:
+    async def _acked(self, item: Item, event: events.Event, ack: asyncio.Future[Any]) -> None:
         try:
             await asyncio.wait_for(ack, self.publisher.ack_timeout)
         except Exception as exc:
@@ -162,7 +168,7 @@ class SimCluster:
     def _emit(self, kind: str, key: str) -> None:
         if self._writer is None:
             self._writer = asyncio.ensure_future(self._write())
-        self._outbox.put_nowait((kind, key))
+        self._outbox.put_nowait((kind, key, current_carrier()))
 
     async def flush(self) -> None:
         await self._outbox.join()

@@ -13,8 +13,10 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import structlog
+from opentelemetry.trace import Span
 
 from gangpreempt.errors import Transient
+from gangpreempt.telemetry import tracer
 from services.kube.client import JSON, ApiError
 
 log = structlog.get_logger("gangpreempt.actuator")
@@ -41,8 +43,18 @@ async def retrying(
     instant; by default ``retry_for`` seconds from now)."""
     if deadline is None:
         deadline = time.monotonic() + retry_for
+    with tracer().start_as_current_span(
+        "kubernetes write", attributes={"gangpreempt.object": what}
+    ) as span:
+        return await _retrying(what, attempt, deadline, span)
+
+
+async def _retrying(
+    what: str, attempt: Callable[[], Awaitable[T]], deadline: float, span: Span
+) -> T:
     tries = 0
     while True:
+        span.set_attribute("gangpreempt.tries", tries + 1)
         try:
             return await attempt()
         except ApiError as exc:

@@ -17,11 +17,13 @@ import itertools
 import os
 import secrets
 import time
+from collections import OrderedDict
 from typing import Any
 
 import msgspec
 import structlog
 from nats.aio.msg import Msg
+from opentelemetry import trace
 
 from gangpreempt import events
 from gangpreempt.bus.consuming import Delivery
@@ -34,6 +36,7 @@ from gangpreempt.planning.inflight import PlanInFlight, rejection
 from gangpreempt.planning.nodeplan import NodePlanner, with_nodes
 from gangpreempt.planning.records import TERMINAL, PlanRecord, new_record
 from gangpreempt.telemetry import metrics
+from gangpreempt.telemetry.tracing import continued_span, current_carrier, root_span
 from services.livestate import LiveState, key_of
 from services.quota.confirming import Confirmer
 from services.quota.flights import ACTUATED, ADMITTING, REQUESTED, Flight, Flights
@@ -47,6 +50,7 @@ from services.quota.nodes import (
 )
 from services.runtime import ServiceContext, sleep_or_stop
 
+MAX_TRACES = 10_000  # preemptors whose plan's trace is kept for their admission
 log = structlog.get_logger("gangpreempt.quota")
 BURST_WAITS = 4
 TICK_S = 1.0  # at least this often: overdue requests, owed record moves, backoffs
@@ -79,6 +83,7 @@ class Quota:
         self.decided_seq = 0  # the STATE sequence the last finished cycle decided on
         ctx.readiness.append(lambda: self.replica.complete)
         self.replica = self.live.replica
+        self.traces: OrderedDict[str, dict[str, str]] = OrderedDict()  # preemptor -> trace
         self.flights = Flights(self.flight_changed, lambda: self.replica.seq)
         self.nodes = NodeBook()
         self.book = RecordBook(ctx.nc, ctx.topology)
@@ -102,6 +107,11 @@ class Quota:
         ends (its holds released, its preemptor free to try again) calls for a cycle."""
         if new is None:
             self.dirty.set()
+        else:
+            self.traces[key] = new.record.trace  # the admission continues its trace
+            self.traces.move_to_end(key)
+            while len(self.traces) > MAX_TRACES:
+                self.traces.popitem(last=False)
         held = old is not None and old.status != REQUESTED
         holds = new is not None and new.status != REQUESTED
         same = old is not None and new is not None and old.plan_id == new.plan_id
@@ -256,6 +266,13 @@ class Quota:
         return ready
 
     async def cycle(self) -> None:
+        """One admission cycle, in a trace of its own linked to the STATE changes it
+        decides on: the events it publishes (and the plan records it creates) carry it."""
+        links = self.replica.take_links()
+        with root_span("quota cycle", links, {"gangpreempt.state_seq": self.replica.seq}):
+            await self._cycle()
+
+    async def _cycle(self) -> None:
         if not self.replica.complete:
             # Nothing is decided on part of the starting state: a pending pod would be
             # admitted onto nodes whose running pods are not published yet.
@@ -348,7 +365,7 @@ class Quota:
             and (plan_id := events.stable_id("plan", e.request_id)) in self.confirmer.creating
         ]
         try:
-            await asyncio.gather(*(self.ctx.publisher.publish(e) for e in outbox), *creating)
+            await asyncio.gather(*(self.send(e) for e in outbox), *creating)
         except BaseException:
             # Some may not be stored: decide them again and send again (ids are stable, so
             # what did arrive is dropped as a duplicate) instead of taking them as sent.
@@ -358,6 +375,21 @@ class Quota:
         metrics.CYCLE_SECONDS.observe(took)
         metrics.KUEUE_ATTEMPT_DURATION.observe(took)
         metrics.CYCLE_SIZE.observe(len(decisions) + (planner.decided if planner else 0))
+
+    async def send(self, event: events.Event) -> None:
+        """Publish one of the cycle's events; the admission of a preemptor that had a
+        plan goes out in that plan's trace (linked to this cycle)."""
+        carrier = None
+        if isinstance(event, events.Admitted):
+            ref = event.workload
+            carrier = self.traces.pop(key_of(ref) if ref.startswith("Workload/") else ref, None)
+        if not carrier:
+            await self.ctx.publisher.publish(event)
+            return
+        cycle = trace.get_current_span().get_span_context()
+        links = [cycle] if cycle.is_valid else []
+        with continued_span("admit", carrier, links, {"gangpreempt.workload": ref}):
+            await self.ctx.publisher.publish(event)
 
     def request(
         self,
@@ -375,6 +407,7 @@ class Quota:
         request_id = f"{self.instance}-{next(self.counter)}"
         plan_id = events.stable_id("plan", request_id)
         rec = new_record(plan_id, request_id, d.preemptor, key, now, seq, f"quota/{self.instance}")
+        rec = msgspec.structs.replace(rec, trace=current_carrier())
         self.flights.start(rec)
         self.confirmer.create(rec)
         log.info("preemption requested", workload=d.preemptor, request_id=request_id)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
+from opentelemetry.trace import Span
 
 from gangpreempt import events
 from gangpreempt.bus.consuming import Delivery
@@ -31,6 +32,18 @@ from services.livestate import LiveState, key_of
 from services.runtime import ServiceContext
 
 log = structlog.get_logger("gangpreempt.victims")
+
+
+def describe(span: Span, d: Decision, stats: dict[str, int]) -> None:
+    """The numbers that matter of one victim search, on its span."""
+    span.set_attribute("gangpreempt.preemptor", d.preemptor)
+    span.set_attribute("gangpreempt.outcome", d.outcome)
+    span.set_attribute("gangpreempt.victims", len(d.victims))
+    span.set_attribute("gangpreempt.victim_pods", sum(len(v.pods) for v in d.victims))
+    if d.victims:
+        span.set_attribute("gangpreempt.priority_ceiling", max(v.priority for v in d.victims))
+    for name, value in stats.items():
+        span.set_attribute(f"gangpreempt.{name}", value)
 
 
 def planned(state: ClusterState, v: Victim) -> events.PlannedVictim:
@@ -102,10 +115,11 @@ class Victims:
             return infeasible("the preemptor no longer exists")
         if not wl.is_pending:
             return infeasible("the preemptor is no longer pending")
-        with metrics.core_call("victim_search"):
+        with metrics.core_call("victim_search") as span:
             decision = plan_on(
                 self.live.snapshot(now), f"Workload/{key}", excluded=req.claimed
             ).decisions[0]
+            describe(span, decision, {})
         if decision.outcome != "Preempt":
             return infeasible(f"{decision.outcome}: {decision.message}")
         return self.proposal(req, plan_id, decision, wl.uid, [ps.name for ps in wl.pod_sets])
@@ -123,8 +137,9 @@ class Victims:
             planner = self.live.nodes.planner(now)
             planner.promised.update(req.claimed)
             pre = planner.resolve(req.workload)
-            with metrics.core_call("victim_search"):
+            with metrics.core_call("victim_search") as span:
                 decision = planner.decide(pre)
+                describe(span, decision, planner.stats)
         except InvalidInput as exc:
             return infeasible(str(exc))
         if decision.outcome != "Preempt":

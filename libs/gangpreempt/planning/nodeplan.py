@@ -76,6 +76,7 @@ class NodePlanner:
         self.use_columns = True  # the gang search's column path where it applies
         self.rescheduling = False  # kube-scheduler 1.36's reprieve (``GangSearch``)
         self.decided = 0  # decisions made (a service's metrics count them)
+        self.stats: dict[str, int] = {}  # the last decision's numbers, for its trace span
         self.promised: set[str] = set()  # units (refs) already chosen as victims
         self._quota_view: QuotaView | None = quotas
         self._capacity: bool | None = None
@@ -156,6 +157,7 @@ class NodePlanner:
 
     def decide(self, pre: Preemptor) -> Decision:
         self.decided += 1
+        self.stats = {}
         quota = self._quota(pre)
         blocked = self._blocked(pre)
         if blocked is not None:
@@ -197,6 +199,7 @@ class NodePlanner:
         found, evaluated = search_capacity(
             self.cluster, self.table, quotas, pod, pre.priority, self._own_units(pre)
         )
+        self.stats["nodes_evaluated"] = evaluated
         if found is None:
             rule = (
                 "only lower-priority pods of its own namespace may go (its quota would be "
@@ -368,6 +371,7 @@ class NodePlanner:
         found, evaluated = search_single(
             self.cluster, self.table, pod, pre.priority, self._own_units(pre)
         )
+        self.stats["nodes_evaluated"] = evaluated
         if found is None:
             return self._decision(
                 pre,
@@ -464,6 +468,10 @@ class NodePlanner:
             ]
         outcomes = [o for o in (search.run(d) for d in doms) if o is not None]
         chosen = best(outcomes, self.now)
+        self.stats["domains"] = len(doms)
+        self.stats["nodes_evaluated"] = len(self.cluster.nodes)
+        if search.listed is not None:
+            self.stats["candidates"] = search.listed
         if chosen is None:
             detail = "; ".join(search.skipped[:3])
             message = (

@@ -77,6 +77,9 @@ class PlanRecord(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""  # why rejected, infeasible, expired, dropped or closed
     announced: bool = False  # the actuator's PlanDropped / PlanActuated is published
     writer: str = ""  # the instance that wrote this revision
+    # W3C trace context of the decision (its quota cycle): the actuator's work and the
+    # admission continue that trace.
+    trace: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 def new_record(

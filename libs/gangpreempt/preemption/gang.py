@@ -124,6 +124,11 @@ class GangSearch:
         self._candidates = units
         self._filter = None
 
+    @property
+    def listed(self) -> int | None:
+        """How many candidates were listed (None: the column path never listed them)."""
+        return None if self._candidates is None else len(self._candidates)
+
     def candidates_below(self, priority: int, exclude: Iterable[str]) -> None:
         """The candidates: units ``priority`` may take, except ``exclude``."""
         self._candidates = None

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+from opentelemetry.trace import Span
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -33,6 +34,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gangpreempt import events
+from gangpreempt.telemetry.tracing import tracer
 
 # Latency buckets (seconds): a hop is milliseconds when all is well, up to the
 # termination grace of the victims (tens of seconds) for actuated -> admitted.
@@ -306,13 +308,15 @@ def reason_class(reason: str) -> str:
 
 
 @contextmanager
-def core_call(call: str) -> Iterator[None]:
-    """Time a call of the pure core."""
+def core_call(call: str, **attributes: Any) -> Iterator[Span]:
+    """A call of the pure core: timed, and a child span of the current one (the caller
+    sets the numbers that matter on it as attributes)."""
     start = time.perf_counter()
-    try:
-        yield
-    finally:
-        CORE_SECONDS.labels(call).observe(time.perf_counter() - start)
+    with tracer().start_as_current_span(call, attributes=attributes) as span:
+        try:
+            yield span
+        finally:
+            CORE_SECONDS.labels(call).observe(time.perf_counter() - start)
 
 
 class _StateObjects(Collector):

@@ -133,12 +133,73 @@ def process_span(
         context.detach(token)
 
 
+MAX_LINKS = 32  # links a root span keeps to the messages that led to it
+
+
+def link_of(headers: Mapping[str, str] | None) -> trace.SpanContext | None:
+    """The span context a message's headers carry, if any."""
+    if not headers or "traceparent" not in headers:
+        return None
+    ctx = trace.get_current_span(extract(headers)).get_span_context()
+    return ctx if ctx.is_valid else None
+
+
+@contextlib.contextmanager
+def root_span(
+    name: str,
+    links: list[trace.SpanContext] | None = None,
+    attributes: Mapping[str, Any] | None = None,
+) -> Iterator[Span]:
+    """A span that starts a trace of its own (whatever is current), linked to the span
+    contexts that led to it (the STATE messages a quota cycle decided on)."""
+    kept = (links or [])[-MAX_LINKS:]
+    token = context.attach(context.Context())
+    try:
+        with tracer().start_as_current_span(
+            name, links=[trace.Link(c) for c in kept], attributes=dict(attributes or {})
+        ) as span:
+            yield span
+    finally:
+        context.detach(token)
+
+
+@contextlib.contextmanager
+def continued_span(
+    name: str,
+    carrier: Mapping[str, str] | None,
+    links: list[trace.SpanContext] | None = None,
+    attributes: Mapping[str, Any] | None = None,
+) -> Iterator[Span]:
+    """A span that continues the trace ``carrier`` holds (the W3C headers saved with a
+    plan record), linked to ``links``; a new trace when the carrier holds none."""
+    parent = extract(carrier) if carrier else context.Context()
+    token = context.attach(parent)
+    try:
+        with tracer().start_as_current_span(
+            name,
+            links=[trace.Link(c) for c in (links or [])],
+            attributes=dict(attributes or {}),
+        ) as span:
+            yield span
+    finally:
+        context.detach(token)
+
+
+def current_carrier() -> dict[str, str]:
+    """The current span's context as W3C headers (to save with a record)."""
+    return inject({})
+
+
 __all__ = [
+    "continued_span",
+    "current_carrier",
     "extract",
     "inject",
+    "link_of",
     "process_span",
     "publish_batch_span",
     "publish_span",
+    "root_span",
     "setup_tracing",
     "shutdown_tracing",
     "tracer",
