@@ -151,35 +151,7 @@ def plan(
     """
     try:
         clock = _now(now)
-        if not paths and not kubeconfig:
-            raise InvalidInput("give the input: -f PATH (or - for standard input), or --kubeconfig")
-        live: list[Any] = []
-        origin = ""
-        if kubeconfig:
-            with _progress(output, "reading the cluster"):
-                live, origin = _live_cluster(kubeconfig, kube_context)
-        with _progress(output, "reading the manifests"):
-            loaded = load(list(paths), live, origin)
-        if not _has_objects(loaded.state):
-            loaded.warnings.append(
-                f"no objects gangpreempt reads in {', '.join(paths)} (ClusterQueues, "
-                "Workloads, Jobs, Nodes, Pods, ...): nothing to decide"
-            )
-        for note in loaded.notes:
-            click.echo(f"note: {note}", err=True)
-        warnings = [*loaded.warnings, *state_warnings(loaded.state)]
-        for warning in warnings:
-            click.echo(f"{'error' if strict else 'warning'}: {warning}", err=True)
-        for error in loaded.rejected:
-            click.echo(f"error: {error}", err=True)
-        if strict and (warnings or loaded.rejected):
-            problems = len(warnings) + len(loaded.rejected)
-            click.echo(
-                f"error: --strict: {problems} problem{'' if problems == 1 else 's'} in the "
-                "input; nothing decided",
-                err=True,
-            )
-            sys.exit(EXIT_INVALID)
+        loaded = _read_input(paths, kubeconfig, kube_context, output, strict)
         with paused(), _progress(output, "deciding"):  # no cyclic collection mid-build
             result = make_plan(
                 loaded.state,
@@ -203,6 +175,148 @@ def plan(
         left = len(loaded.rejected)
         click.echo(f"error: {left} object{'' if left == 1 else 's'} left out (see above)", err=True)
         sys.exit(EXIT_INVALID)
+
+
+@cli.command(
+    epilog=examples(
+        "gangpreempt explain -f examples/quota-demo --workload Workload/team-a/train",
+        "gangpreempt explain -f examples/gang-demo -o json",
+    )
+)
+@click.option(
+    "-f",
+    "--filename",
+    "paths",
+    multiple=True,
+    metavar="PATH",
+    help="A YAML or JSON file or folder, or - for standard input. Repeatable.",
+)
+@click.option(
+    "--workload",
+    metavar="KIND/NAMESPACE/NAME",
+    help="The pending object to explain (default: every pending one, each alone).",
+)
+@click.option("--now", metavar="RFC3339", help="Fix the clock (default: the current time).")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, json for machines.",
+)
+@click.option(
+    "--priority-search/--no-priority-search",
+    default=True,
+    show_default=True,
+    help="As for plan.",
+)
+@click.option(
+    "--gang-reprieve",
+    type=click.Choice(["fixed-placement", "rescheduling"]),
+    default="fixed-placement",
+    show_default=True,
+    help="As for plan.",
+)
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="As for plan.")
+@click.option("--context", "kube_context", metavar="NAME", help="The kubeconfig's context.")
+@click.option("--strict", is_flag=True, help="As for plan.")
+def explain(
+    paths: tuple[str, ...],
+    workload: str | None,
+    now: str | None,
+    output: str,
+    priority_search: bool,
+    gang_reprieve: str,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    strict: bool,
+) -> None:
+    """Why a decision is what it is: every running workload, victim or not, with the rule
+    that decided it; and for a pending one, what it waits for.
+
+    Each pending object is evaluated alone, as the head of its queue (as plan
+    --workload does).
+    """
+    from gangpreempt.planning.explaining import explain as explain_one
+    from gangpreempt.planning.explaining import explanation_lines
+
+    try:
+        clock = _now(now)
+        loaded = _read_input(paths, kubeconfig, kube_context, output, strict)
+        with paused(), _progress(output, "deciding"):
+            refs = (
+                [workload]
+                if workload
+                else [d.preemptor for d in make_plan(loaded.state, clock).decisions]
+            )
+            found = [
+                explain_one(
+                    loaded.state,
+                    clock,
+                    ref,
+                    priority_search=priority_search,
+                    rescheduling=gang_reprieve == "rescheduling",
+                )
+                for ref in refs
+            ]
+    except InvalidInput as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+    if output == "json":
+        doc = {"now": clock.isoformat(), "explanations": found}
+        click.echo(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode())
+    else:
+        for e in found:
+            for line in explanation_lines(e):
+                click.echo(line)
+            click.echo("")
+    _QUICK_EXIT.append(True)
+    if loaded.rejected:
+        left = len(loaded.rejected)
+        click.echo(f"error: {left} object{'' if left == 1 else 's'} left out (see above)", err=True)
+        sys.exit(EXIT_INVALID)
+
+
+def _read_input(
+    paths: tuple[str, ...],
+    kubeconfig: str | None,
+    kube_context: str | None,
+    output: str,
+    strict: bool,
+) -> Any:
+    """Read ``-f`` and ``--kubeconfig`` as ``plan`` and ``explain`` do: notes, warnings
+    and objects left out on standard error; with ``strict``, exit 2 on any of them."""
+    if not paths and not kubeconfig:
+        raise InvalidInput("give the input: -f PATH (or - for standard input), or --kubeconfig")
+    live: list[Any] = []
+    origin = ""
+    if kubeconfig:
+        with _progress(output, "reading the cluster"):
+            live, origin = _live_cluster(kubeconfig, kube_context)
+    with _progress(output, "reading the manifests"):
+        loaded = load(list(paths), live, origin)
+    if not _has_objects(loaded.state):
+        loaded.warnings.append(
+            f"no objects gangpreempt reads in {', '.join(paths)} (ClusterQueues, "
+            "Workloads, Jobs, Nodes, Pods, ...): nothing to decide"
+        )
+    for note in loaded.notes:
+        click.echo(f"note: {note}", err=True)
+    warnings = [*loaded.warnings, *state_warnings(loaded.state)]
+    for warning in warnings:
+        click.echo(f"{'error' if strict else 'warning'}: {warning}", err=True)
+    for error in loaded.rejected:
+        click.echo(f"error: {error}", err=True)
+    if strict and (warnings or loaded.rejected):
+        problems = len(warnings) + len(loaded.rejected)
+        click.echo(
+            f"error: --strict: {problems} problem{'' if problems == 1 else 's'} in the "
+            "input; nothing decided",
+            err=True,
+        )
+        sys.exit(EXIT_INVALID)
+    return loaded
 
 
 def _live_cluster(kubeconfig: str, context: str | None) -> tuple[list[Any], str]:

@@ -1,0 +1,478 @@
+"""Why a decision is what it is: for one pending workload, every running workload (a
+Kueue Workload holding quota, or a preemption unit on the nodes) with the rule that made
+it a victim or kept it, and, when the workload waits, what it waits for.
+
+``explain`` decides exactly as ``plan`` does (the same core calls) and then reads each
+unit against the rules that decided it; the rules are the ones docs/semantics.md states.
+Each verdict has a stable ``rule`` code (for machines and tests) and a sentence."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+import msgspec
+
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import PREEMPTIBLE_LABEL
+from gangpreempt.model.queues import ANY, LOWER_OR_NEWER_EQUAL_PRIORITY, LOWER_PRIORITY, NEVER
+from gangpreempt.planning.deciding import evaluate
+from gangpreempt.planning.decisions import ADMIT, PENDING, Decision
+from gangpreempt.planning.nodeplan import NodePlanner, Preemptor, is_node_level
+from gangpreempt.planning.planning import parse_object_ref, plan, promised_refs
+from gangpreempt.preemption.candidates import Classifier, Request
+from gangpreempt.preemption.units import Unit
+from gangpreempt.quota.modes import Mode
+from gangpreempt.quota.pending import PendingWorkload
+from gangpreempt.quota.snapshot import AdmittedWorkload, Snapshot
+from gangpreempt.quota.tree import cq_available
+
+# Rule codes: why a workload is a victim, or why it is not.
+VICTIM = "victim"
+OWN = "own"  # part of the preemptor itself
+PROMISED = "promised"  # already a victim of another plan
+HIGHER_PRIORITY = "higher-priority"
+TOLERATED = "tolerated"  # its PriorityClass tolerates the preemptor (for now)
+NON_PREEMPTIBLE = "non-preemptible"
+OTHER_QUOTA = "other-quota"  # Koordinator: victims come from the preemptor's quota only
+PROTECTED_NAMESPACE = "protected-namespace"  # CapacityScheduling's namespace rules
+POLICY = "policy"  # the ClusterQueue's preemption policy does not allow it
+OUTSIDE_COHORT = "outside-cohort"
+WITHIN_NOMINAL = "within-nominal"  # its ClusterQueue does not borrow what is needed
+OTHER_RESOURCES = "other-resources"  # it frees nothing the preemptor needs
+FITS = "fits"  # nothing is preempted: the preemptor fits as things are
+NO_USE = "no-use"  # the preemptor waits whatever is preempted
+ABOVE_CEILING = "above-ceiling"  # the binary search over priorities stopped below it
+PDB = "pdb"  # kept: evicting it would violate a PodDisruptionBudget
+NOT_NEEDED = "not-needed"  # a candidate the minimal victim set does without
+REPRIEVED = "reprieved"  # kept once the placement was fixed: it still fits
+FAIR_SHARE = "fair-share"  # Kueue fair sharing's strategies keep it
+
+
+class Verdict(msgspec.Struct, frozen=True, omit_defaults=True):
+    object: str
+    priority: int
+    rule: str
+    why: str
+    queue: str = ""  # its ClusterQueue or ElasticQuota, when it has one
+
+
+class Explanation(msgspec.Struct, frozen=True):
+    preemptor: str
+    priority: int
+    outcome: str
+    message: str
+    victims: list[Verdict]
+    others: list[Verdict]
+    waiting: list[str]  # why it is pending, line by line (empty unless Pending)
+    priority_ceiling: int | None = None  # the binary search's result (gangs)
+
+
+def explain(
+    state: ClusterState,
+    now: datetime,
+    workload: str,
+    priority_search: bool = True,
+    rescheduling: bool = False,
+    excluded: Iterable[str] = (),
+) -> Explanation:
+    """Explain the decision ``plan`` makes for ``workload`` (evaluated alone, as the head
+    of its queue); ``excluded`` as for ``plan``: victims promised to other plans."""
+    excluded = list(excluded)
+    decided = plan(
+        state,
+        now,
+        workload,
+        excluded,
+        priority_search=priority_search,
+        rescheduling=rescheduling,
+    )
+    d = decided.decisions[0]
+    if is_node_level(state, d.preemptor):
+        return _nodes(state, now, d, priority_search, rescheduling, excluded)
+    return _quota(state, now, d, excluded)
+
+
+# -- on the nodes -------------------------------------------------------------------------
+
+
+def _nodes(
+    state: ClusterState,
+    now: datetime,
+    d: Decision,
+    priority_search: bool,
+    rescheduling: bool,
+    excluded: list[str],
+) -> Explanation:
+    planner = NodePlanner(state, now, priority_search)
+    planner.rescheduling = rescheduling
+    planner.promised.update(promised_refs(excluded))
+    pre = planner.resolve(d.preemptor)
+    chosen = {v.object for v in d.victims}
+    used_nodes = set(d.placement.values())
+    ceiling = max((v.priority for v in d.victims), default=None) if priority_search else None
+    table = planner.table
+    own = {g.ref for g in pre.groups} | {p.ref for p in pre.pods}
+    victims: list[Verdict] = []
+    others: list[Verdict] = []
+    for unit in table.ordered:
+        queue = _quota_ref(planner, unit)
+        if unit.ref in chosen:
+            nodes = sorted({p.node_name for p in unit.pods})
+            reclaim = _reclaims(planner, pre)
+            allowed = (
+                f"its namespace {unit.pods[0].namespace} is over its min: CapacityScheduling "
+                "reclaims from it whatever its priority"
+                if reclaim
+                else f"priority {unit.priority} is below {pre.priority}"
+            )
+            why = f"{allowed}; it runs on {', '.join(nodes)}, where the placement needs its room"
+            victims.append(Verdict(unit.ref, unit.priority, VICTIM, why, queue))
+            continue
+        rule, why = _node_rule(planner, pre, d, unit, own, used_nodes, ceiling, now)
+        others.append(Verdict(unit.ref, unit.priority, rule, why, queue))
+    return Explanation(
+        preemptor=d.preemptor,
+        priority=pre.priority,
+        outcome=d.outcome,
+        message=d.message,
+        victims=victims,
+        others=others,
+        waiting=_node_waiting(planner, pre, d) if d.outcome == PENDING else [],
+        priority_ceiling=ceiling,
+    )
+
+
+def _quota_ref(planner: NodePlanner, unit: Unit) -> str:
+    if not planner.state.elastic_quotas:
+        return ""
+    from gangpreempt.preemption.jobquota import quota_of
+
+    eq = quota_of(planner.state, unit.pods[0])
+    return eq.ref if eq is not None else ""
+
+
+def _node_rule(
+    planner: NodePlanner,
+    pre: Preemptor,
+    d: Decision,
+    unit: Unit,
+    own: set[str],
+    used_nodes: set[str],
+    ceiling: int | None,
+    now: datetime,
+) -> tuple[str, str]:
+    table = planner.table
+    if unit.ref in own or any(p.ref in own for p in unit.pods):
+        return OWN, "it is part of the preemptor"
+    if unit.ref in planner.promised:
+        return PROMISED, "already the victim of another plan"
+    quota_rule = _quota_rule(planner, pre, unit)
+    if quota_rule is not None:
+        return quota_rule
+    if unit.priority >= pre.priority and not _reclaims(planner, pre):
+        return HIGHER_PRIORITY, f"priority {unit.priority} is not below {pre.priority}"
+    for pod in unit.pods:
+        if pod.labels.get(PREEMPTIBLE_LABEL) == "false":
+            return NON_PREEMPTIBLE, f"{pod.ref} is labelled {PREEMPTIBLE_LABEL}=false"
+    tolerated = _tolerated(planner, unit, pre.priority, now)
+    if tolerated is not None:
+        return TOLERATED, tolerated
+    if d.outcome == ADMIT:
+        return FITS, "the preemptor fits on the nodes as they are"
+    if d.outcome == PENDING:
+        return NO_USE, "the preemptor cannot start even with every candidate gone"
+    if ceiling is not None and unit.priority > ceiling:
+        return ABOVE_CEILING, (
+            f"the binary search over priorities found that victims at or below priority "
+            f"{ceiling} suffice"
+        )
+    if not any(p.node_name in used_nodes for p in unit.pods):
+        return NOT_NEEDED, "it runs on no node the placement uses"
+    if table.pdb_violations([unit]):
+        return PDB, "evicting it would violate a PodDisruptionBudget; such units are kept first"
+    return REPRIEVED, (
+        "kept once the placement was fixed: its pods still fit where they run (victims "
+        "are reprieved most important first)"
+    )
+
+
+def _tolerated(planner: NodePlanner, unit: Unit, priority: int, now: datetime) -> str | None:
+    for pod in unit.pods:
+        pc = planner.cluster.priority_class_of(pod)
+        if pc is None or (
+            pc.toleration_seconds is None and pc.minimum_preemptable_priority is None
+        ):
+            continue
+        minimum = (
+            pc.minimum_preemptable_priority
+            if pc.minimum_preemptable_priority is not None
+            else pc.value + 1
+        )
+        if priority >= minimum:
+            continue
+        seconds = pc.toleration_seconds
+        if seconds is None or seconds < 0:
+            until = "for as long as it runs"
+        elif pod.scheduled_at is None:
+            until = f"for {seconds} s once scheduled"
+        else:
+            end = pod.scheduled_at + timedelta(seconds=seconds)
+            until = f"until {end.isoformat()}" if end > now else "until now"
+        return (
+            f"PriorityClass {pc.name} tolerates preemptors below priority {minimum} "
+            f"{until} (preemption toleration)"
+        )
+    return None
+
+
+def _capacity(planner: NodePlanner, pre: Preemptor) -> object | None:
+    """CapacityScheduling's rules for this preemptor (``GangCapacity``), or None when the
+    ElasticQuotas are not CapacityScheduling's."""
+    state = planner.state
+    if not state.elastic_quotas or not pre.pods or planner.quota_view().koordinator:
+        return None
+    from gangpreempt.preemption.capacity import GangCapacity
+
+    demand: dict[str, int] = {}
+    for p in pre.pods:
+        for res, v in p.requests.items():
+            demand[res] = demand.get(res, 0) + v
+    return GangCapacity(planner._capacity_quotas(), state, pre.pods[0].namespace, demand)
+
+
+def _reclaims(planner: NodePlanner, pre: Preemptor) -> bool:
+    """Under CapacityScheduling, a preemptor within its min reclaims at any priority."""
+    from gangpreempt.preemption.capacity import GangCapacity
+
+    rules = _capacity(planner, pre)
+    return isinstance(rules, GangCapacity) and rules.has_quota and not rules.borrowing
+
+
+def _quota_rule(planner: NodePlanner, pre: Preemptor, unit: Unit) -> tuple[str, str] | None:
+    """Koordinator's same-quota rule and CapacityScheduling's namespace rules."""
+    state = planner.state
+    if not state.elastic_quotas or not pre.pods:
+        return None
+    from gangpreempt.preemption.capacity import GangCapacity
+    from gangpreempt.preemption.jobquota import quota_of
+
+    if planner.quota_view().koordinator:
+        mine = quota_of(state, pre.pods[0])
+        if mine is None:
+            return None
+        if any(quota_of(state, p) != mine for p in unit.pods):
+            return OTHER_QUOTA, (
+                f"it is not in the preemptor's quota {mine.ref} (Koordinator preempts "
+                "within a quota only)"
+            )
+        return None
+    rules = _capacity(planner, pre)
+    assert isinstance(rules, GangCapacity)
+    if rules.allows(unit, pre.priority if rules.borrowing or not rules.has_quota else 2**31):
+        return None
+    if not rules.has_quota:
+        why = "the preemptor has no ElasticQuota: it takes only pods without one"
+    elif rules.borrowing:
+        why = "the preemptor's namespace would be over its min: it takes only its own pods"
+    elif unit.pods[0].namespace == pre.pods[0].namespace:
+        why = (
+            "the preemptor is within its min: it reclaims from other namespaces only, never its own"
+        )
+    else:
+        why = (
+            f"the preemptor is within its min, and namespace {unit.pods[0].namespace} is not "
+            "over its min (or has no ElasticQuota): protected"
+        )
+    return PROTECTED_NAMESPACE, why
+
+
+def _node_waiting(planner: NodePlanner, pre: Preemptor, d: Decision) -> list[str]:
+    """Why each node cannot take the preemptor's first pod (lone pods and gangs alike:
+    the nodes that fail and why), after the decision's own message."""
+    lines = [d.message]
+    pod = pre.pods[0] if pre.pods else None
+    if pod is None:
+        return lines
+    allowed = set(planner.cluster.allowed_names(pod.scheduling))
+    demand = planner.cluster.demand(pod)
+    for view in planner.cluster.nodes:
+        node = view.node
+        if view.name not in allowed:
+            if node.unschedulable:
+                lines.append(f"node {view.name}: cordoned (spec.unschedulable)")
+            else:
+                lines.append(
+                    f"node {view.name}: its labels or taints keep {pod.ref} off (node "
+                    "selector, required affinity, or a taint it does not tolerate)"
+                )
+            continue
+        free = view.free(tuple(demand))
+        short = [
+            f"{res} {free.get(res, 0)} free of {need} needed"
+            for res, need in sorted(demand.items())
+            if need > free.get(res, 0)
+        ]
+        if short:
+            lines.append(f"node {view.name}: {', '.join(short)}")
+    return lines
+
+
+# -- quota (Kueue) ----------------------------------------------------------------------
+
+
+def _quota(state: ClusterState, now: datetime, d: Decision, excluded: list[str]) -> Explanation:
+    _kind, namespace, name = parse_object_ref(d.preemptor)
+    wl = state.workloads[f"{namespace}/{name}"]
+    snapshot = Snapshot.build(state, now)
+    promised = set(promised_refs(excluded))
+    for key in excluded:
+        snapshot.pin(key)
+    pending = PendingWorkload.of(state, wl, now)
+    chosen = {v.object: v for v in d.victims}
+    victims: list[Verdict] = []
+    others: list[Verdict] = []
+    if pending.cq is None or pending.cq not in snapshot.cqs:
+        waiting = [d.message]
+        for aw in _admitted(snapshot):
+            others.append(Verdict(aw.ref, aw.priority, NO_USE, d.message, aw.cq))
+        return Explanation(d.preemptor, pending.priority, d.outcome, d.message, [], others, waiting)
+    with snapshot.scratch():
+        ev = evaluate(snapshot, pending)
+        cq = ev.cq
+        frs = (
+            ev.assignment.needing_preemption()
+            if ev.mode is Mode.Preempt
+            else frozenset(ev.assignment.usage)
+        )
+        req = Request(pending, cq, frozenset(frs), dict(ev.assignment.usage))
+        classifier = Classifier(req)
+        tree = {n.name for n in cq.node.root().subtree_cluster_queues()}
+        for aw in _admitted(snapshot):
+            victim = chosen.get(aw.ref)
+            if victim is not None:
+                victims.append(
+                    Verdict(
+                        aw.ref,
+                        aw.priority,
+                        VICTIM,
+                        _quota_victim_rule(req, aw, victim.reason),
+                        aw.cq,
+                    )
+                )
+                continue
+            if aw.ref in promised:
+                rule, why = PROMISED, "already the victim of another plan"
+            else:
+                rule, why = _quota_rule_of(snapshot, req, classifier, aw, tree, d)
+            others.append(Verdict(aw.ref, aw.priority, rule, why, aw.cq))
+        waiting = _quota_waiting(ev, d) if d.outcome == PENDING else []
+    return Explanation(
+        d.preemptor, pending.priority, d.outcome, d.message, victims, others, waiting
+    )
+
+
+def _admitted(snapshot: Snapshot) -> list[AdmittedWorkload]:
+    out = [aw for cq in snapshot.cqs.values() for aw in cq.workloads.values()]
+    return sorted(out, key=lambda aw: aw.ref)
+
+
+def _policy_words(policy: str, aw: AdmittedWorkload, priority: int) -> str:
+    if policy == LOWER_PRIORITY:
+        return f"LowerPriority, and priority {aw.priority} is below {priority}"
+    if policy == LOWER_OR_NEWER_EQUAL_PRIORITY:
+        return f"LowerOrNewerEqualPriority, and priority {aw.priority} against {priority}"
+    return "Any"
+
+
+def _quota_victim_rule(req: Request, aw: AdmittedWorkload, reason: str) -> str:
+    if reason == "InCohortFairSharing":
+        return (
+            f"{reason}: its ClusterQueue {aw.cq} has a higher dominant resource share than "
+            f"{req.cq.name} would have, and fair sharing takes from the highest share first"
+        )
+    policy = req.cq.spec.preemption
+    priority = req.preemptor.priority
+    if aw.cq == req.cq.name:
+        return (
+            f"{reason}: withinClusterQueue is "
+            f"{_policy_words(policy.within_cluster_queue, aw, priority)}"
+        )
+    return (
+        f"{reason}: its ClusterQueue {aw.cq} borrows in the cohort, and reclaimWithinCohort "
+        f"is {_policy_words(policy.reclaim_within_cohort, aw, priority)}"
+    )
+
+
+def _quota_rule_of(
+    snapshot: Snapshot,
+    req: Request,
+    classifier: Classifier,
+    aw: AdmittedWorkload,
+    tree: set[str],
+    d: Decision,
+) -> tuple[str, str]:
+    if aw.evicting:
+        return PROMISED, "it is already being evicted"
+    if d.outcome == ADMIT:
+        return FITS, "the preemptor fits in its quota as things are"
+    if d.outcome == PENDING:
+        return NO_USE, f"the preemptor waits whatever is preempted: {d.message}"
+    policy = req.cq.spec.preemption
+    same = aw.cq == req.cq.name
+    if not same and aw.cq not in tree:
+        return OUTSIDE_COHORT, f"its ClusterQueue {aw.cq} is not in {req.cq.name}'s cohort"
+    rule = policy.within_cluster_queue if same else policy.reclaim_within_cohort
+    field = "withinClusterQueue" if same else "reclaimWithinCohort"
+    if rule == NEVER:
+        return POLICY, f"{field} is Never"
+    if not same and snapshot.cqs[aw.cq].node.within_nominal(req.frs):
+        return WITHIN_NOMINAL, (
+            f"its ClusterQueue {aw.cq} uses no more than its nominal quota of what the "
+            "preemptor needs: only borrowers are reclaimed from"
+        )
+    if not aw.frs & req.frs:
+        return OTHER_RESOURCES, "it uses none of the flavors and resources the preemptor needs"
+    if rule != ANY and not classifier.satisfies_policy(aw, rule):
+        return (
+            HIGHER_PRIORITY,
+            f"{field} is {rule}, and priority {aw.priority} is not below {req.preemptor.priority}",
+        )
+    return NOT_NEEDED, (
+        "a candidate the victim set did without: Kueue takes the lowest-priority, most "
+        "recently admitted first, and stops once the preemptor fits"
+    )
+
+
+def _quota_waiting(ev: object, d: Decision) -> list[str]:
+    """The decision's message, then the quota arithmetic per flavor and resource."""
+    from gangpreempt.planning.deciding import Evaluation
+
+    assert isinstance(ev, Evaluation)
+    lines = [d.message]
+    cq = ev.cq
+    for fr, need in sorted(ev.assignment.usage.items()):
+        flavor, resource = fr
+        node = cq.node
+        lines.append(
+            f"{resource} in flavor {flavor}: needs {need}; ClusterQueue {cq.name} uses "
+            f"{node.usage.get(fr, 0)} of nominal {node.nominal(fr)}, "
+            f"{cq_available(node, fr)} available to it (borrowing included)"
+        )
+    return lines
+
+
+def explanation_lines(e: Explanation) -> Iterable[str]:
+    """The explanation in words, one line each (the CLI's table output)."""
+    yield f"{e.preemptor} (priority {e.priority}): {e.outcome}. {e.message}"
+    if e.priority_ceiling is not None:
+        yield f"priority ceiling of the victims: {e.priority_ceiling}"
+    for v in e.victims:
+        yield f"  victim {v.object} (priority {v.priority}): {v.why}"
+    for v in e.others:
+        yield f"  kept   {v.object} (priority {v.priority}) [{v.rule}]: {v.why}"
+    for line in e.waiting:
+        yield f"  waits: {line}"
+
+
+__all__ = ["Explanation", "Verdict", "explain", "explanation_lines"]
