@@ -28,6 +28,7 @@ class EvictRequest(msgspec.Struct, frozen=True):
     pods: tuple[str, ...] = ()  # node-level victims: the pods to delete
     mode: str = ""  # "kueue", "delete", "eviction" or "soft-eviction" (see actuator.sinks)
     pod_uids: tuple[str, ...] = ()  # the uid of each of ``pods`` the plan was made for
+    why: str = ""  # the rule that made it a victim (the Events' messages say it)
 
 
 class EvictReply(msgspec.Struct, frozen=True):

@@ -131,6 +131,7 @@ class PlannedVictim(msgspec.Struct, frozen=True):
     evicting: bool = False
     pods: tuple[str, ...] = ()  # node-level: every pod that will be deleted (Pod/ns/name)
     pod_uids: tuple[str, ...] = ()  # their uids, in the same order ("" when unknown)
+    why: str = ""  # the rule that made it a victim, in a few words (Events say it)
 
 
 class PlanProposed(Event, frozen=True, kw_only=True, tag=True):

@@ -275,6 +275,7 @@ class Driver:
                     pods=v.pods,
                     mode=self.mode_for(v.object),
                     pod_uids=v.pod_uids,
+                    why=v.why,
                 )
             )
         except (Fenced, Transient):

@@ -91,9 +91,10 @@ async def evict_workload(
         return False  # evicted already (by us before a restart, or by Kueue)
     preemptor = state.workloads.get(request.preemptor.partition("/")[2])
     because = KUEUE_REASONS.get(request.reason, request.reason)
+    rule = f" ({request.why})" if request.why else ""
     message = (
         f"Preempted to accommodate a workload (UID: {preemptor.uid if preemptor else ''}) "
-        f"due to {because}; gangpreempt plan {request.plan_id}"
+        f"due to {because}{rule}; gangpreempt plan {request.plan_id}"
     )
     meta = obj.get("metadata") or {}
     kept = [c for c in conditions if c.get("type") not in ("Evicted", "Preempted")]

@@ -32,9 +32,10 @@ PREEMPTED_BY_SCHEDULER = "PreemptionByScheduler"
 
 
 def victim_message(request: simwire.EvictRequest, what: str) -> str:
+    because = f" ({request.why})" if request.why else ""
     return (
         f"{what} by gangpreempt plan {request.plan_id} to make room for "
-        f"{request.preemptor}: {request.reason}"
+        f"{request.preemptor}: {request.reason}{because}"
     )
 
 

@@ -14,17 +14,21 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import structlog
+from nats.aio.msg import Msg
 from opentelemetry.trace import Span
 
 from gangpreempt import events
 from gangpreempt.bus.consuming import Delivery
+from gangpreempt.bus.explainwire import ExplainReply, ExplainRequest, explain_subject
 from gangpreempt.bus.records import RecordStore
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod
 from gangpreempt.model.workloads import Workload
 from gangpreempt.planning import Decision, Victim, plan_on
+from gangpreempt.planning.explaining import explain, victim_summary
 from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.planning.records import REQUESTED
 from gangpreempt.telemetry import metrics
@@ -46,7 +50,7 @@ def describe(span: Span, d: Decision, stats: dict[str, int]) -> None:
         span.set_attribute(f"gangpreempt.{name}", value)
 
 
-def planned(state: ClusterState, v: Victim) -> events.PlannedVictim:
+def planned(state: ClusterState, v: Victim, preemptor_priority: int) -> events.PlannedVictim:
     """A decision's victim as the plan carries it: the incarnation it was chosen in (a
     Kueue Workload's or a lone pod's uid and resourceVersion) and its pods."""
     kind, _, key = v.object.partition("/")
@@ -68,6 +72,7 @@ def planned(state: ClusterState, v: Victim) -> events.PlannedVictim:
             (pod.uid if (pod := state.pods.get(ref.removeprefix("Pod/"))) is not None else "")
             for ref in v.pods
         ),
+        why=victim_summary(v.reason, v.priority, v.queue, preemptor_priority),
     )
 
 
@@ -154,7 +159,7 @@ class Victims:
         preemptor_uid: str,
         pod_sets: list[str],
     ) -> events.PlanProposed:
-        victims = tuple(planned(self.replica.state, v) for v in decision.victims)
+        victims = tuple(planned(self.replica.state, v, req.priority) for v in decision.victims)
         log.info("plan proposed", preemptor=req.workload, plan_id=plan_id, victims=len(victims))
         return events.PlanProposed(
             id=f"proposed-{plan_id}",
@@ -180,6 +185,46 @@ class Victims:
         await ctx.persevering("rebuild the cluster state", self.live.start)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.consumer.run(self.ctx.stop))
+            tg.create_task(self.serve_explain())
+
+    async def serve_explain(self) -> None:
+        """Answer the admin's ``explain --plan`` requests (one worker of the queue group
+        answers each)."""
+
+        async def on_request(msg: Msg) -> None:
+            try:
+                request = msgspec.json.decode(msg.data, type=ExplainRequest)
+                reply = await self.explain(request)
+            except msgspec.DecodeError as exc:
+                reply = ExplainReply(error=f"invalid request: {exc}")
+            await msg.respond(msgspec.json.encode(reply))
+
+        subject = explain_subject(self.ctx.topology)
+        sub = await self.ctx.nc.subscribe(subject, queue="victims", cb=on_request)
+        await self.ctx.stop.wait()
+        await sub.unsubscribe()
+
+    async def explain(self, request: ExplainRequest) -> ExplainReply:
+        """The plan's record as it stands, and the decision explained on this worker's
+        state now (the state may have moved on since the plan was made)."""
+        workload, known = request.workload, ExplainReply()
+        if request.plan_id:
+            assert self.store is not None  # bound before the requests are served
+            found = await self.store.get(request.plan_id)
+            if found is None:
+                return ExplainReply(error=f"no plan record {request.plan_id!r}")
+            rec = found[0]
+            victims = [v.object for v in rec.proposal.victims] if rec.proposal else []
+            known = ExplainReply(plan_state=rec.state, plan_victims=victims, plan_reason=rec.reason)
+            workload = workload or rec.preemptor
+        if not workload:
+            return ExplainReply(error="give a plan id or a workload")
+        try:
+            with metrics.core_call("explain"):
+                found_now = explain(self.replica.state, self.ctx.now(), workload)
+        except InvalidInput as exc:
+            return msgspec.structs.replace(known, error=str(exc))
+        return msgspec.structs.replace(known, explanation=found_now)
 
 
 async def main(ctx: ServiceContext) -> None:

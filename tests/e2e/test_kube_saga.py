@@ -96,6 +96,11 @@ async def test_a_gang_preempts_a_gang_through_the_api_server(
     plan = proposal.plan_id
     on_victims = sorted(e["involvedObject"]["name"] for e in evts if e["reason"] == "Preempted")
     assert on_victims == ["scavenger-0", "scavenger-1"]
+    # ...and the rule that made them victims, in a few words (as explain says it).
+    for e in evts:
+        if e["reason"] == "Preempted":
+            assert "below" in e["message"]
+            assert "room on the nodes is needed" in e["message"]
     (on_preemptor,) = [e for e in evts if e["involvedObject"]["name"] == "train"]
     assert plan in on_preemptor["message"]
     # Once ingest saw the victims gone, quota admitted the gang with its placement.
@@ -170,6 +175,7 @@ async def test_a_kueue_workload_is_evicted_through_its_conditions(
     conditions = {c["type"]: c for c in patch["status"]["conditions"]}
     assert conditions["Evicted"]["reason"] == "Preempted"
     assert conditions["Preempted"]["reason"] == "InClusterQueue"
+    assert "same ClusterQueue" in conditions["Preempted"]["message"]
     assert patch["metadata"]["uid"]
     assert patch["metadata"]["resourceVersion"]
     # The pod outside Kueue went the pod way, the workload's pod was left to Kueue.

@@ -8,6 +8,7 @@ import contextlib
 import secrets
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import nats
 import pytest
@@ -17,6 +18,7 @@ from nats.js.api import ConsumerConfig
 from gangpreempt import events
 from gangpreempt.bus import SERVICES, NatsServer, Topology, connected, provision
 from gangpreempt.bus.consumers import consumer_config, consumer_subjects
+from gangpreempt.bus.explainwire import explain_subject
 from gangpreempt.bus.permissions import ADMIN, inbox_prefix, server_authorization
 
 pytestmark = pytest.mark.integration
@@ -194,3 +196,22 @@ async def test_a_service_binds_its_consumer_and_cannot_create_or_widen_one(
     async with connected(provisioned, "admin", user=ADMIN, password=PASSWORDS[ADMIN]) as nc:
         info = await nc.jetstream().consumer_info(TOPOLOGY.decisions_stream, durable)
         assert info.config.filter_subjects == consumer_subjects(TOPOLOGY, service)
+
+
+async def test_only_the_admin_asks_victims_to_explain(provisioned: str) -> None:
+    """victims answers on the explain subject; the admin may ask, a service may not."""
+    subject = explain_subject(TOPOLOGY)
+    async with as_service(provisioned, "victims") as victims:  # type: ignore[attr-defined]
+
+        async def answer(msg: Any) -> None:
+            await msg.respond(b"explained")
+
+        sub = await victims.subscribe(subject, queue="victims", cb=answer)
+        await victims.flush()
+        async with connected(provisioned, "admin", user=ADMIN, password=PASSWORDS[ADMIN]) as admin:
+            reply = await admin.request(subject, b"{}", timeout=2.0)
+            assert reply.data == b"explained"
+        async with as_service(provisioned, "quota") as quota:  # type: ignore[attr-defined]
+            with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+                await quota.request(subject, b"{}", timeout=0.5)
+        await sub.unsubscribe()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from gangpreempt.bus.explainwire import explain_subject
 from gangpreempt.bus.status import status_subject
 from gangpreempt.bus.topology import SERVICES, Topology
 
@@ -65,7 +66,7 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
 
     ingest    STATE; its consumer; reads and follows the lease (the sim checks tokens)
     quota     its events; its consumer; the plan records (read, write, follow); its status
-    victims   its events; its consumer; the plan records (read)
+    victims   its events; its consumer; the plan records (read); answers explain requests
     actuator  its events; the plan records (read, write, follow); the lease; the sim
     """
     if service not in SERVICES:
@@ -87,6 +88,7 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
         subscribe.append(status_subject(topology, "quota"))  # it answers status requests
     if service == "victims":
         publish += _bucket_read(plans)
+        subscribe.append(explain_subject(topology))  # it explains plans to the admin
     if service == "actuator":
         publish += [topology.sim_read, topology.sim_evict]
         publish += _bucket(plans) + _follow(f"KV_{plans}") + _bucket(leases)
@@ -106,8 +108,9 @@ def _users(topology: Topology, passwords: Mapping[str, str]) -> list[dict[str, o
         entry: dict[str, object] = {"user": user, "password": password}
         if user != ADMIN:
             perms = service_permissions(topology, user)
-            if user in ("ingest", "quota"):
-                # the sim cluster replies to the actuator; quota answers status requests
+            if user in ("ingest", "quota", "victims"):
+                # the sim cluster replies to the actuator; quota answers status requests;
+                # victims answers the admin's explain requests
                 perms["allow_responses"] = True
             entry["permissions"] = perms
         users.append(entry)

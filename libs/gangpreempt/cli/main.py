@@ -16,7 +16,7 @@ import msgspec
 from gangpreempt import __version__
 from gangpreempt.collecting import paused
 from gangpreempt.config import SERVICES, env_name, load_settings
-from gangpreempt.errors import EXIT_INVALID, InvalidInput
+from gangpreempt.errors import EXIT_INVALID, InvalidInput, Transient
 from gangpreempt.manifests import load, parse_time
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning import plan as make_plan
@@ -181,6 +181,8 @@ def plan(
     epilog=examples(
         "gangpreempt explain -f examples/quota-demo --workload Workload/team-a/train",
         "gangpreempt explain -f examples/gang-demo -o json",
+        "GANGPREEMPT_NATS_USER=admin GANGPREEMPT_NATS_PASSWORD=... \\",
+        "  gangpreempt explain --plan plan-3f9c... --nats-url nats://nats:4222",
     )
 )
 @click.option(
@@ -221,6 +223,15 @@ def plan(
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), help="As for plan.")
 @click.option("--context", "kube_context", metavar="NAME", help="The kubeconfig's context.")
 @click.option("--strict", is_flag=True, help="As for plan.")
+@click.option(
+    "--plan",
+    "plan_id",
+    metavar="PLAN_ID",
+    help="Live: ask the running victims service to explain this plan (as the admin "
+    "user: GANGPREEMPT_NATS_USER / _PASSWORD); no -f needed.",
+)
+@click.option("--nats-url", help="With --plan: NATS server URL [GANGPREEMPT_NATS_URL].")
+@click.option("--prefix", help="With --plan: subject prefix [GANGPREEMPT_PREFIX].")
 def explain(
     paths: tuple[str, ...],
     workload: str | None,
@@ -231,16 +242,22 @@ def explain(
     kubeconfig: str | None,
     kube_context: str | None,
     strict: bool,
+    plan_id: str | None,
+    nats_url: str | None,
+    prefix: str | None,
 ) -> None:
     """Why a decision is what it is: every running workload, victim or not, with the rule
     that decided it; and for a pending one, what it waits for.
 
     Each pending object is evaluated alone, as the head of its queue (as plan
-    --workload does).
+    --workload does). With --plan, the running services answer for one of their plans.
     """
     from gangpreempt.planning.explaining import explain as explain_one
     from gangpreempt.planning.explaining import explanation_lines
 
+    if plan_id:
+        _explain_live(plan_id, workload, nats_url, prefix, output)
+        return
     try:
         clock = _now(now)
         loaded = _read_input(paths, kubeconfig, kube_context, output, strict)
@@ -275,6 +292,47 @@ def explain(
     if loaded.rejected:
         left = len(loaded.rejected)
         click.echo(f"error: {left} object{'' if left == 1 else 's'} left out (see above)", err=True)
+        sys.exit(EXIT_INVALID)
+
+
+def _explain_live(
+    plan_id: str, workload: str | None, nats_url: str | None, prefix: str | None, output: str
+) -> None:
+    import asyncio
+
+    from gangpreempt.bus import Topology, connected_with
+    from gangpreempt.bus.explainwire import ExplainRequest, ask_explain
+    from gangpreempt.config import load_settings
+    from gangpreempt.planning.explaining import explanation_lines
+    from gangpreempt.telemetry import setup_logging
+
+    overrides = {"nats_url": nats_url, "prefix": prefix}
+    try:
+        settings = load_settings({k: v for k, v in overrides.items() if v is not None})
+        setup_logging("explain", "warning")  # connection notes on stderr, not the output
+
+        async def ask() -> Any:
+            async with connected_with(settings, "gangpreempt-explain", patience=5.0) as nc:
+                request = ExplainRequest(plan_id=plan_id, workload=workload or "")
+                return await ask_explain(nc, Topology(settings.prefix), request)
+
+        reply = asyncio.run(ask())
+    except (InvalidInput, Transient, OSError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+    if output == "json":
+        click.echo(msgspec.json.format(msgspec.json.encode(reply), indent=2).decode())
+    else:
+        if reply.plan_state:
+            victims = ", ".join(reply.plan_victims) or "none"
+            ended = f" ({reply.plan_reason})" if reply.plan_reason else ""
+            click.echo(f"plan {plan_id}: {reply.plan_state}{ended}; its victims: {victims}")
+        if reply.explanation is not None:
+            click.echo("explained on the state the victims service holds now:")
+            for line in explanation_lines(reply.explanation):
+                click.echo(line)
+    if reply.error:
+        click.echo(f"error: {reply.error}", err=True)
         sys.exit(EXIT_INVALID)
 
 

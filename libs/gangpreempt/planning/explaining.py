@@ -462,6 +462,20 @@ def _quota_waiting(ev: object, d: Decision) -> list[str]:
     return lines
 
 
+def victim_summary(reason: str, priority: int, queue: str, preemptor_priority: int) -> str:
+    """The rule that made a victim, in a few words (the Kubernetes Events' messages)."""
+    queue = queue.rpartition("/")[2]
+    if reason == "InClusterQueue":
+        return f"priority {priority} below {preemptor_priority}, same ClusterQueue"
+    if reason == "InCohortReclamation":
+        return f"its ClusterQueue {queue} borrows; reclaimed within the cohort"
+    if reason == "InCohortReclaimWhileBorrowing":
+        return f"priority {priority} below {preemptor_priority}, reclaimed while borrowing"
+    if reason == "InCohortFairSharing":
+        return f"its ClusterQueue {queue} has the highest share (fair sharing)"
+    return f"priority {priority} below {preemptor_priority}; its room on the nodes is needed"
+
+
 def explanation_lines(e: Explanation) -> Iterable[str]:
     """The explanation in words, one line each (the CLI's table output)."""
     yield f"{e.preemptor} (priority {e.priority}): {e.outcome}. {e.message}"
@@ -475,4 +489,4 @@ def explanation_lines(e: Explanation) -> Iterable[str]:
         yield f"  waits: {line}"
 
 
-__all__ = ["Explanation", "Verdict", "explain", "explanation_lines"]
+__all__ = ["Explanation", "Verdict", "explain", "explanation_lines", "victim_summary"]
