@@ -58,6 +58,55 @@ def examples(*lines: str) -> str:
     return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
+def _deciding_options(f: Any) -> Any:
+    """The options ``plan`` and ``explain`` share: the clock, the output, how gangs are
+    searched, and the input's other sources and strictness."""
+    for option in reversed(_DECIDING):
+        f = option(f)
+    return f
+
+
+_DECIDING = [
+    click.option("--now", metavar="RFC3339", help="Fix the clock (default: the current time)."),
+    click.option(
+        "--output",
+        "-o",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="table for people, json for machines.",
+    ),
+    click.option(
+        "--priority-search/--no-priority-search",
+        default=True,
+        show_default=True,
+        help="Gangs: binary search for the lowest victim priority that lets the gang fit "
+        "(KEP-5710); off: every lower-priority candidate, then reprieve.",
+    ),
+    click.option(
+        "--gang-reprieve",
+        type=click.Choice(["fixed-placement", "rescheduling"]),
+        default="fixed-placement",
+        show_default=True,
+        help="Gangs: reprieve victims against the one placement found with every candidate "
+        "gone (kube-scheduler 1.37), or schedule the gang again at each reprieve (1.36).",
+    ),
+    click.option(
+        "--kubeconfig",
+        type=click.Path(dir_okay=False),
+        help="Read the live cluster once (discovery and list, no watch) with this kubeconfig, "
+        "beside or instead of -f.",
+    ),
+    click.option("--context", "kube_context", metavar="NAME", help="The kubeconfig's context."),
+    click.option(
+        "--strict",
+        is_flag=True,
+        help="Warnings are errors: exit 2 after printing them, deciding nothing (unknown "
+        "fields, skipped kinds, values read as not set).",
+    ),
+]
+
+
 @click.group(
     cls=_Commands,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -94,43 +143,7 @@ def cli() -> None:
     metavar="KIND/NAMESPACE/NAME",
     help="Evaluate this pending object alone, as the head of its queue.",
 )
-@click.option("--now", metavar="RFC3339", help="Fix the clock (default: the current time).")
-@click.option(
-    "--output",
-    "-o",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table for people, json for machines.",
-)
-@click.option(
-    "--priority-search/--no-priority-search",
-    default=True,
-    show_default=True,
-    help="Gangs: binary search for the lowest victim priority that lets the gang fit "
-    "(KEP-5710); off: every lower-priority candidate, then reprieve.",
-)
-@click.option(
-    "--gang-reprieve",
-    type=click.Choice(["fixed-placement", "rescheduling"]),
-    default="fixed-placement",
-    show_default=True,
-    help="Gangs: reprieve victims against the one placement found with every candidate "
-    "gone (kube-scheduler 1.37), or schedule the gang again at each reprieve (1.36).",
-)
-@click.option(
-    "--kubeconfig",
-    type=click.Path(dir_okay=False),
-    help="Read the live cluster once (discovery and list, no watch) with this kubeconfig, "
-    "beside or instead of -f.",
-)
-@click.option("--context", "kube_context", metavar="NAME", help="The kubeconfig's context.")
-@click.option(
-    "--strict",
-    is_flag=True,
-    help="Warnings are errors: exit 2 after printing them, deciding nothing (unknown "
-    "fields, skipped kinds, values read as not set).",
-)
+@_deciding_options
 def plan(
     paths: tuple[str, ...],
     workload: str | None,
@@ -198,31 +211,7 @@ def plan(
     metavar="KIND/NAMESPACE/NAME",
     help="The pending object to explain (default: every pending one, each alone).",
 )
-@click.option("--now", metavar="RFC3339", help="Fix the clock (default: the current time).")
-@click.option(
-    "--output",
-    "-o",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table for people, json for machines.",
-)
-@click.option(
-    "--priority-search/--no-priority-search",
-    default=True,
-    show_default=True,
-    help="As for plan.",
-)
-@click.option(
-    "--gang-reprieve",
-    type=click.Choice(["fixed-placement", "rescheduling"]),
-    default="fixed-placement",
-    show_default=True,
-    help="As for plan.",
-)
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="As for plan.")
-@click.option("--context", "kube_context", metavar="NAME", help="The kubeconfig's context.")
-@click.option("--strict", is_flag=True, help="As for plan.")
+@_deciding_options
 @click.option(
     "--plan",
     "plan_id",
