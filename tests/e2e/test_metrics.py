@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gangpreempt import events
 from gangpreempt.bus import Topology
 from gangpreempt.model import kinds
-from tests.e2e.harness import Services, of, wait_for
+from tests.e2e.harness import Services, of, quiet, wait_for
 from tests.e2e.scenarios import PENDING, full_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
@@ -117,6 +117,7 @@ async def test_metrics_count_the_saga(
         timeout=60,
         what="gang2 admitted",
     )
+    evs = await quiet(nc, topology)  # nothing more happens: the counts are final
     (dropped,) = of(evs, events.PlanDropped, preemptor="Workload/ml/gang")
     assert "stale" in dropped.reason
     (actuated,) = of(evs, events.VictimActuated, preemptor="Workload/ml/gang2")
@@ -126,15 +127,21 @@ async def test_metrics_count_the_saga(
     quota, victims, actuator, ingest = (
         scraped[n] for n in ("quota", "victims", "actuator", "ingest")
     )
+    # What the stream holds, counted where each event is made. On a busy machine a
+    # request may expire and be made again, so the saga has at least two of each.
+    requested = len(of(evs, events.PreemptionRequested))
+    proposed = len(of(evs, events.PlanProposed))
+    confirmed = len(of(evs, events.PlanConfirmed))
+    assert proposed >= 2
+    assert confirmed >= 2
 
-    # Plans: two proposed (victims), two confirmed (quota); one dropped and one actuated
-    # (actuator); two preemption attempts requested (quota).
-    assert value(victims, "gangpreempt_plans_total", outcome="proposed") == 2
-    assert value(quota, "gangpreempt_plans_total", outcome="confirmed") == 2
+    # Plans by outcome; one dropped (stale) and one actuated.
+    assert value(victims, "gangpreempt_plans_total", outcome="proposed") == proposed
+    assert value(quota, "gangpreempt_plans_total", outcome="confirmed") == confirmed
     assert value(actuator, "gangpreempt_plans_total", outcome="dropped") == 1
     assert value(actuator, "gangpreempt_plans_total", outcome="actuated") == 1
     assert value(actuator, "gangpreempt_plans_dropped_total", reason="stale") == 1
-    assert value(quota, "scheduler_preemption_attempts_total") >= 2
+    assert value(quota, "scheduler_preemption_attempts_total") == requested
     # Victims: one, by reason and kind, and Kueue's and kube-scheduler's counts of it.
     assert (
         value(actuator, "gangpreempt_victims_total", reason="InClusterQueue", kind="Workload") == 1
@@ -152,21 +159,20 @@ async def test_metrics_count_the_saga(
     assert value(quota, "kueue_admitted_workloads_total", cluster_queue="research") >= 2
     assert value(quota, "kueue_admission_attempts_total", result="inadmissible") >= 2
     # Latency per hop, each where the hop ends, with samples.
-    assert (
-        value(victims, "gangpreempt_decision_hop_seconds_count", hop="requested_to_proposed") == 2
-    )
-    assert value(quota, "gangpreempt_decision_hop_seconds_count", hop="proposed_to_confirmed") == 2
-    assert (
-        value(actuator, "gangpreempt_decision_hop_seconds_count", hop="confirmed_to_actuated") == 1
-    )
-    assert value(quota, "gangpreempt_decision_hop_seconds_count", hop="actuated_to_admitted") == 1
+    hops = "gangpreempt_decision_hop_seconds_count"
+    assert value(victims, hops, hop="requested_to_proposed") == proposed
+    assert value(quota, hops, hop="proposed_to_confirmed") == confirmed
+    assert value(actuator, hops, hop="confirmed_to_actuated") == 1
+    assert value(quota, hops, hop="actuated_to_admitted") == 1
     assert value(quota, "gangpreempt_decision_hop_seconds_sum", hop="actuated_to_admitted") > 0
-    assert value(victims, "gangpreempt_core_call_seconds_count", call="victim_search") == 2
+    searches = value(victims, "gangpreempt_core_call_seconds_count", call="victim_search")
+    handled = total(victims, "gangpreempt_events_consumed_total", type="PreemptionRequested")
+    assert proposed <= searches <= handled
     assert value(quota, "gangpreempt_quota_cycle_seconds_count") > 0
     assert value(quota, "gangpreempt_core_call_seconds_count", call="admission_pass") > 0
     # The bus: what each consumer handled, its lag, the events published; the lease.
-    assert total(victims, "gangpreempt_events_consumed_total", type="PreemptionRequested") == 2
-    assert total(quota, "gangpreempt_events_consumed_total", type="PlanProposed") == 2
+    assert handled >= requested
+    assert total(quota, "gangpreempt_events_consumed_total", type="PlanProposed") >= proposed
     assert any(n == "gangpreempt_consumer_lag" for n, _ in quota)
     assert value(ingest, "gangpreempt_events_published_total", type="StateComplete") >= 1
     assert value(ingest, "gangpreempt_ingest_relists_total", source="manifests") >= 1
