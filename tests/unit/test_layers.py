@@ -9,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-CORE = ("model", "manifests", "quota", "preemption", "placement", "planning")
+CORE = ("model", "manifests", "quota", "preemption", "placement", "planning", "simulation")
 FORBIDDEN = (
     "asyncio",
     "nats",

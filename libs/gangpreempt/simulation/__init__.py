@@ -1,0 +1,2 @@
+"""Replaying a GPU-cluster job trace through the decision code (issue 15, in progress):
+the trace reader and what it synthesizes."""
