@@ -118,7 +118,7 @@ async def test_dead_letters_are_written_by_each_service_and_read_by_the_admin_on
     provisioned: str,
 ) -> None:
     async with as_service(provisioned, "victims") as nc:  # type: ignore[attr-defined]
-        js = nc.jetstream()
+        js = nc.jetstream(timeout=1.0)
         await js.publish(TOPOLOGY.dlq_subject("victims"), b"bad", timeout=1.0)
         with pytest.raises(nats.errors.TimeoutError):  # not quota's dead letters
             await js.publish(TOPOLOGY.dlq_subject("quota"), b"bad", timeout=1.0)
@@ -144,13 +144,13 @@ async def test_the_plan_records_are_written_by_quota_and_the_actuator_only(
             assert (await watcher.updates(timeout=2)) is not None
             await watcher.stop()
     async with as_service(provisioned, "victims") as nc:  # type: ignore[attr-defined]
-        kv = await nc.jetstream().key_value(TOPOLOGY.plans_bucket)
+        kv = await nc.jetstream(timeout=1.0).key_value(TOPOLOGY.plans_bucket)
         assert (await kv.get("probe-quota")).value == b"1"  # victims reads a record
         with pytest.raises(nats.errors.TimeoutError):
             await kv.put("probe-victims", b"1")
     async with as_service(provisioned, "ingest") as nc:  # type: ignore[attr-defined]
         with pytest.raises(nats.errors.TimeoutError):
-            await nc.jetstream().key_value(TOPOLOGY.plans_bucket)
+            await nc.jetstream(timeout=1.0).key_value(TOPOLOGY.plans_bucket)
 
 
 async def test_ingest_reads_the_lease_and_only_the_actuator_holds_it(provisioned: str) -> None:
@@ -158,13 +158,13 @@ async def test_ingest_reads_the_lease_and_only_the_actuator_holds_it(provisioned
         kv = await nc.jetstream().key_value(TOPOLOGY.leases_bucket)
         await kv.put("actuator", b"holder 7")
     async with as_service(provisioned, "ingest") as nc:  # type: ignore[attr-defined]
-        kv = await nc.jetstream().key_value(TOPOLOGY.leases_bucket)
+        kv = await nc.jetstream(timeout=1.0).key_value(TOPOLOGY.leases_bucket)
         assert (await kv.get("actuator")).value == b"holder 7"  # the sim checks tokens
         with pytest.raises(nats.errors.TimeoutError):
             await kv.put("actuator", b"ingest 8")
     async with as_service(provisioned, "quota") as nc:  # type: ignore[attr-defined]
         with pytest.raises(nats.errors.TimeoutError):
-            await nc.jetstream().key_value(TOPOLOGY.leases_bucket)
+            await nc.jetstream(timeout=1.0).key_value(TOPOLOGY.leases_bucket)
 
 
 @pytest.mark.parametrize("service", ["ingest", "quota", "victims"])
@@ -177,6 +177,7 @@ async def test_a_service_binds_its_consumer_and_cannot_create_or_widen_one(
         psub = await js.pull_subscribe_bind(durable=durable, stream=TOPOLOGY.decisions_stream)
         with contextlib.suppress(nats.errors.TimeoutError):
             await psub.fetch(1, timeout=0.2)
+        await psub.unsubscribe()  # else the connection's drain waits for it (30 s)
         wider = consumer_config(TOPOLOGY, service)
         wider.filter_subjects = [f"{TOPOLOGY.prefix}.>"]
         with pytest.raises(nats.errors.TimeoutError):  # its own, with a wider filter
