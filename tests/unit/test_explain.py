@@ -155,11 +155,12 @@ def test_the_explanation_agrees_with_plan(folder: Path) -> None:
         units = NodePlanner(state, now).table.ordered
         assert sorted(objects) == sorted(u.ref for u in units)
     else:
-        # Kueue's victims (a decision on nodes may add pods: not explained here yet)
-        kueue = [v.object for v in d.victims if v.object.startswith("Workload/")]
-        assert sorted(v.object for v in e.victims) == sorted(kueue)
+        assert sorted(v.object for v in e.victims) == sorted(v.object for v in d.victims)
         admitted = [w.ref for w in state.workloads.values() if w.holds_quota]
-        assert sorted(objects) == sorted(admitted)
+        kept = [v.object for v in e.others]
+        assert sorted(
+            kept + [v.object for v in e.victims if v.object.startswith("Workload/")]
+        ) == sorted(admitted)
 
 
 def test_cli_explains_every_running_workload_of_the_examples() -> None:

@@ -367,6 +367,15 @@ def _quota(state: ClusterState, now: datetime, d: Decision, excluded: list[str])
                 rule, why = _quota_rule_of(snapshot, req, classifier, aw, tree, d)
             others.append(Verdict(aw.ref, aw.priority, rule, why, aw.cq))
         waiting = _quota_waiting(ev, d) if d.outcome == PENDING else []
+    # Victims on the nodes that the decision added for the workload's pods (its quota
+    # fits, the nodes it must run on do not).
+    for v in d.victims:
+        if v.object not in {x.object for x in victims} and not v.object.startswith("Workload/"):
+            why = (
+                f"priority {v.priority} is below {pending.priority}; the workload's pods "
+                "need its room on the nodes (its quota fits)"
+            )
+            victims.append(Verdict(v.object, v.priority, VICTIM, why, v.queue))
     return Explanation(
         d.preemptor, pending.priority, d.outcome, d.message, victims, others, waiting
     )
