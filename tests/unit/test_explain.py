@@ -120,6 +120,17 @@ def test_a_victim_promised_elsewhere_is_named_so() -> None:
     assert verdict.rule == "promised"
 
 
+def test_fair_sharing_keeps_the_other_borrowers() -> None:
+    """Three ClusterQueues of 4 CPUs under fair sharing: b borrows 2, c borrows 1; a needs
+    3 with 1 free. b's newest workload goes; b's other one and c's are kept by fair
+    sharing's strategies."""
+    state = load([str(REPO / "tests" / "data" / "explain-fair-share")]).state
+    e = explain(state, parse_time(NOW), "Workload/default/new")
+    assert [v.object for v in e.victims] == ["Workload/default/b2"]
+    rules = {v.object: v.rule for v in e.others}
+    assert rules == {"Workload/default/b1": "fair-share", "Workload/default/c1": "fair-share"}
+
+
 def test_outside_the_cohort() -> None:
     state = load([str(REPO / "examples" / "quota-demo")]).state
     e = explain(state, parse_time(NOW), "Workload/default/in")

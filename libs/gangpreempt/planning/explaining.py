@@ -442,6 +442,12 @@ def _quota_rule_of(
         )
     if not aw.frs & req.frs:
         return OTHER_RESOURCES, "it uses none of the flavors and resources the preemptor needs"
+    if snapshot.fair_sharing and not same:
+        return FAIR_SHARE, (
+            f"fair sharing kept it: its ClusterQueue {aw.cq} would not be left with a share "
+            "above the preemptor's (the preemption strategies), or the victims taken from "
+            "higher shares sufficed"
+        )
     if rule != ANY and not classifier.satisfies_policy(aw, rule):
         return (
             HIGHER_PRIORITY,
