@@ -614,7 +614,8 @@ class NodePlanner:
             for v in d.victims
         ]
         victims += [self._victim(u) for u in extra]
-        message = f"{d.message}; its {plural(len(placement), 'pod')} are placed on nodes"
+        verb = "is" if len(placement) == 1 else "are"
+        message = f"{d.message}; its {plural(len(placement), 'pod')} {verb} placed on nodes"
         if extra:
             message += f" after preempting {plural(len(extra), 'more unit')} there"
         return msgspec.structs.replace(
