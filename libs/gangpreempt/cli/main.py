@@ -58,6 +58,17 @@ def examples(*lines: str) -> str:
     return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
+_FILES = click.option(
+    "-f",
+    "--filename",
+    "paths",
+    multiple=True,
+    metavar="PATH",
+    help="A YAML or JSON file or folder, or - for standard input (kubectl get -o yaml|json "
+    "output works). Repeatable.",
+)
+
+
 def _deciding_options(f: Any) -> Any:
     """The options ``plan`` and ``explain`` share: the clock, the output, how gangs are
     searched, and the input's other sources and strictness."""
@@ -129,15 +140,7 @@ def cli() -> None:
         "  | gangpreempt plan -f - -o json",
     )
 )
-@click.option(
-    "-f",
-    "--filename",
-    "paths",
-    multiple=True,
-    metavar="PATH",
-    help="A YAML or JSON file or folder, or - for standard input (kubectl get -o yaml|json "
-    "output works). Repeatable.",
-)
+@_FILES
 @click.option(
     "--workload",
     metavar="KIND/NAMESPACE/NAME",
@@ -198,14 +201,7 @@ def plan(
         "  gangpreempt explain --plan plan-3f9c... --nats-url nats://nats:4222",
     )
 )
-@click.option(
-    "-f",
-    "--filename",
-    "paths",
-    multiple=True,
-    metavar="PATH",
-    help="A YAML or JSON file or folder, or - for standard input. Repeatable.",
-)
+@_FILES
 @click.option(
     "--workload",
     metavar="KIND/NAMESPACE/NAME",

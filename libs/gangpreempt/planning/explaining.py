@@ -16,12 +16,14 @@ import msgspec
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import PREEMPTIBLE_LABEL
 from gangpreempt.model.queues import ANY, LOWER_OR_NEWER_EQUAL_PRIORITY, LOWER_PRIORITY, NEVER
-from gangpreempt.planning.deciding import evaluate
+from gangpreempt.planning.deciding import Evaluation, evaluate
 from gangpreempt.planning.decisions import ADMIT, PENDING, Decision
-from gangpreempt.planning.nodeplan import NodePlanner, Preemptor, is_node_level
+from gangpreempt.planning.nodeplan import ANY_PRIORITY, NodePlanner, Preemptor, is_node_level
 from gangpreempt.planning.planning import parse_object_ref, plan, promised_refs
 from gangpreempt.preemption.candidates import Classifier, Request
-from gangpreempt.preemption.units import Unit
+from gangpreempt.preemption.capacity import GangCapacity
+from gangpreempt.preemption.jobquota import quota_of
+from gangpreempt.preemption.units import Unit, tolerates
 from gangpreempt.quota.modes import Mode
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import AdmittedWorkload, Snapshot
@@ -108,29 +110,18 @@ def _nodes(
     planner.rescheduling = rescheduling
     planner.promised.update(promised_refs(excluded))
     pre = planner.resolve(d.preemptor)
-    chosen = {v.object for v in d.victims}
-    used_nodes = set(d.placement.values())
     ceiling = max((v.priority for v in d.victims), default=None) if priority_search else None
-    table = planner.table
-    own = {g.ref for g in pre.groups} | {p.ref for p in pre.pods}
+    reader = _NodeRules(planner, pre, d, ceiling, now)
+    chosen = {v.object for v in d.victims}
     victims: list[Verdict] = []
     others: list[Verdict] = []
-    for unit in table.ordered:
-        queue = _quota_ref(planner, unit)
+    for unit in planner.table.ordered:
+        queue = reader.quota_ref(unit)
         if unit.ref in chosen:
-            nodes = sorted({p.node_name for p in unit.pods})
-            reclaim = _reclaims(planner, pre)
-            allowed = (
-                f"its namespace {unit.pods[0].namespace} is over its min: CapacityScheduling "
-                "reclaims from it whatever its priority"
-                if reclaim
-                else f"priority {unit.priority} is below {pre.priority}"
-            )
-            why = f"{allowed}; it runs on {', '.join(nodes)}, where the placement needs its room"
-            victims.append(Verdict(unit.ref, unit.priority, VICTIM, why, queue))
-            continue
-        rule, why = _node_rule(planner, pre, d, unit, own, used_nodes, ceiling, now)
-        others.append(Verdict(unit.ref, unit.priority, rule, why, queue))
+            victims.append(Verdict(unit.ref, unit.priority, VICTIM, reader.victim(unit), queue))
+        else:
+            rule, why = reader.rule(unit)
+            others.append(Verdict(unit.ref, unit.priority, rule, why, queue))
     return Explanation(
         preemptor=d.preemptor,
         priority=pre.priority,
@@ -143,148 +134,144 @@ def _nodes(
     )
 
 
-def _quota_ref(planner: NodePlanner, unit: Unit) -> str:
-    if not planner.state.elastic_quotas:
-        return ""
-    from gangpreempt.preemption.jobquota import quota_of
+class _NodeRules:
+    """The rules one node-level decision was made by, read once, applied per unit."""
 
-    eq = quota_of(planner.state, unit.pods[0])
-    return eq.ref if eq is not None else ""
-
-
-def _node_rule(
-    planner: NodePlanner,
-    pre: Preemptor,
-    d: Decision,
-    unit: Unit,
-    own: set[str],
-    used_nodes: set[str],
-    ceiling: int | None,
-    now: datetime,
-) -> tuple[str, str]:
-    table = planner.table
-    if unit.ref in own or any(p.ref in own for p in unit.pods):
-        return OWN, "it is part of the preemptor"
-    if unit.ref in planner.promised:
-        return PROMISED, "already the victim of another plan"
-    quota_rule = _quota_rule(planner, pre, unit)
-    if quota_rule is not None:
-        return quota_rule
-    if unit.priority >= pre.priority and not _reclaims(planner, pre):
-        return HIGHER_PRIORITY, f"priority {unit.priority} is not below {pre.priority}"
-    for pod in unit.pods:
-        if pod.labels.get(PREEMPTIBLE_LABEL) == "false":
-            return NON_PREEMPTIBLE, f"{pod.ref} is labelled {PREEMPTIBLE_LABEL}=false"
-    tolerated = _tolerated(planner, unit, pre.priority, now)
-    if tolerated is not None:
-        return TOLERATED, tolerated
-    if d.outcome == ADMIT:
-        return FITS, "the preemptor fits on the nodes as they are"
-    if d.outcome == PENDING:
-        return NO_USE, "the preemptor cannot start even with every candidate gone"
-    if ceiling is not None and unit.priority > ceiling:
-        return ABOVE_CEILING, (
-            f"the binary search over priorities found that victims at or below priority "
-            f"{ceiling} suffice"
+    def __init__(
+        self,
+        planner: NodePlanner,
+        pre: Preemptor,
+        d: Decision,
+        ceiling: int | None,
+        now: datetime,
+    ) -> None:
+        self.planner = planner
+        self.state = planner.state
+        self.pre = pre
+        self.d = d
+        self.ceiling = ceiling
+        self.now = now
+        self.own = {g.ref for g in pre.groups} | {p.ref for p in pre.pods}
+        self.used_nodes = set(d.placement.values())
+        quotas = bool(self.state.elastic_quotas) and bool(pre.pods)
+        self.koordinator = quotas and planner.quota_view().koordinator
+        self.mine = quota_of(self.state, pre.pods[0]) if self.koordinator else None
+        # CapacityScheduling's rules for this preemptor; within its min it reclaims at
+        # any priority.
+        self.capacity: GangCapacity | None = None
+        if quotas and not self.koordinator:
+            self.capacity = GangCapacity(
+                planner.capacity_quotas(), self.state, pre.pods[0].namespace, pre.demand
+            )
+        self.reclaims = (
+            self.capacity is not None and self.capacity.has_quota and not self.capacity.borrowing
         )
-    if not any(p.node_name in used_nodes for p in unit.pods):
-        return NOT_NEEDED, "it runs on no node the placement uses"
-    if table.pdb_violations([unit]):
-        return PDB, "evicting it would violate a PodDisruptionBudget; such units are kept first"
-    return REPRIEVED, (
-        "kept once the placement was fixed: its pods still fit where they run (victims "
-        "are reprieved most important first)"
-    )
 
+    def quota_ref(self, unit: Unit) -> str:
+        if not self.state.elastic_quotas:
+            return ""
+        eq = quota_of(self.state, unit.pods[0])
+        return eq.ref if eq is not None else ""
 
-def _tolerated(planner: NodePlanner, unit: Unit, priority: int, now: datetime) -> str | None:
-    for pod in unit.pods:
-        pc = planner.cluster.priority_class_of(pod)
-        if pc is None or (
-            pc.toleration_seconds is None and pc.minimum_preemptable_priority is None
-        ):
-            continue
-        minimum = (
-            pc.minimum_preemptable_priority
-            if pc.minimum_preemptable_priority is not None
-            else pc.value + 1
+    def victim(self, unit: Unit) -> str:
+        nodes = sorted({p.node_name for p in unit.pods})
+        allowed = (
+            f"its namespace {unit.pods[0].namespace} is over its min: CapacityScheduling "
+            "reclaims from it whatever its priority"
+            if self.reclaims
+            else f"priority {unit.priority} is below {self.pre.priority}"
         )
-        if priority >= minimum:
-            continue
-        seconds = pc.toleration_seconds
-        if seconds is None or seconds < 0:
-            until = "for as long as it runs"
-        elif pod.scheduled_at is None:
-            until = f"for {seconds} s once scheduled"
-        else:
-            end = pod.scheduled_at + timedelta(seconds=seconds)
-            until = f"until {end.isoformat()}" if end > now else "until now"
-        return (
-            f"PriorityClass {pc.name} tolerates preemptors below priority {minimum} "
-            f"{until} (preemption toleration)"
+        return f"{allowed}; it runs on {', '.join(nodes)}, where the placement needs its room"
+
+    def rule(self, unit: Unit) -> tuple[str, str]:
+        pre, d, ceiling = self.pre, self.d, self.ceiling
+        if unit.ref in self.own or any(p.ref in self.own for p in unit.pods):
+            return OWN, "it is part of the preemptor"
+        if unit.ref in self.planner.promised:
+            return PROMISED, "already the victim of another plan"
+        quota_rule = self._quota_rule(unit)
+        if quota_rule is not None:
+            return quota_rule
+        if unit.priority >= pre.priority and not self.reclaims:
+            return HIGHER_PRIORITY, f"priority {unit.priority} is not below {pre.priority}"
+        for pod in unit.pods:
+            if pod.labels.get(PREEMPTIBLE_LABEL) == "false":
+                return NON_PREEMPTIBLE, f"{pod.ref} is labelled {PREEMPTIBLE_LABEL}=false"
+        tolerated = self._tolerated(unit)
+        if tolerated is not None:
+            return TOLERATED, tolerated
+        if d.outcome == ADMIT:
+            return FITS, "the preemptor fits on the nodes as they are"
+        if d.outcome == PENDING:
+            return NO_USE, "the preemptor cannot start even with every candidate gone"
+        if ceiling is not None and unit.priority > ceiling:
+            return ABOVE_CEILING, (
+                f"the binary search over priorities found that victims at or below priority "
+                f"{ceiling} suffice"
+            )
+        if not any(p.node_name in self.used_nodes for p in unit.pods):
+            return NOT_NEEDED, "it runs on no node the placement uses"
+        if self.planner.table.pdb_violations([unit]):
+            return PDB, "evicting it would violate a PodDisruptionBudget; such units are kept first"
+        return REPRIEVED, (
+            "kept once the placement was fixed: its pods still fit where they run (victims "
+            "are reprieved most important first)"
         )
-    return None
 
-
-def _capacity(planner: NodePlanner, pre: Preemptor) -> object | None:
-    """CapacityScheduling's rules for this preemptor (``GangCapacity``), or None when the
-    ElasticQuotas are not CapacityScheduling's."""
-    state = planner.state
-    if not state.elastic_quotas or not pre.pods or planner.quota_view().koordinator:
-        return None
-    from gangpreempt.preemption.capacity import GangCapacity
-
-    demand: dict[str, int] = {}
-    for p in pre.pods:
-        for res, v in p.requests.items():
-            demand[res] = demand.get(res, 0) + v
-    return GangCapacity(planner._capacity_quotas(), state, pre.pods[0].namespace, demand)
-
-
-def _reclaims(planner: NodePlanner, pre: Preemptor) -> bool:
-    """Under CapacityScheduling, a preemptor within its min reclaims at any priority."""
-    from gangpreempt.preemption.capacity import GangCapacity
-
-    rules = _capacity(planner, pre)
-    return isinstance(rules, GangCapacity) and rules.has_quota and not rules.borrowing
-
-
-def _quota_rule(planner: NodePlanner, pre: Preemptor, unit: Unit) -> tuple[str, str] | None:
-    """Koordinator's same-quota rule and CapacityScheduling's namespace rules."""
-    state = planner.state
-    if not state.elastic_quotas or not pre.pods:
-        return None
-    from gangpreempt.preemption.capacity import GangCapacity
-    from gangpreempt.preemption.jobquota import quota_of
-
-    if planner.quota_view().koordinator:
-        mine = quota_of(state, pre.pods[0])
-        if mine is None:
-            return None
-        if any(quota_of(state, p) != mine for p in unit.pods):
-            return OTHER_QUOTA, (
-                f"it is not in the preemptor's quota {mine.ref} (Koordinator preempts "
-                "within a quota only)"
+    def _tolerated(self, unit: Unit) -> str | None:
+        """Why the unit's PriorityClass tolerates the preemptor (``units.tolerates``
+        decides), and until when."""
+        for pod in unit.pods:
+            pc = self.planner.cluster.priority_class_of(pod)
+            if pc is None or not tolerates(pc, self.pre.priority, pod, self.now):
+                continue
+            minimum = pc.minimum_preemptable_priority
+            if minimum is None:
+                minimum = pc.value + 1
+            seconds = pc.toleration_seconds or 0
+            if seconds < 0:
+                until = "for as long as it runs"
+            elif pod.scheduled_at is None:
+                until = f"for {seconds} s once scheduled"
+            else:
+                until = f"until {(pod.scheduled_at + timedelta(seconds=seconds)).isoformat()}"
+            return (
+                f"PriorityClass {pc.name} tolerates preemptors below priority {minimum} "
+                f"{until} (preemption toleration)"
             )
         return None
-    rules = _capacity(planner, pre)
-    assert isinstance(rules, GangCapacity)
-    if rules.allows(unit, pre.priority if rules.borrowing or not rules.has_quota else 2**31):
-        return None
-    if not rules.has_quota:
-        why = "the preemptor has no ElasticQuota: it takes only pods without one"
-    elif rules.borrowing:
-        why = "the preemptor's namespace would be over its min: it takes only its own pods"
-    elif unit.pods[0].namespace == pre.pods[0].namespace:
-        why = (
-            "the preemptor is within its min: it reclaims from other namespaces only, never its own"
-        )
-    else:
-        why = (
-            f"the preemptor is within its min, and namespace {unit.pods[0].namespace} is not "
-            "over its min (or has no ElasticQuota): protected"
-        )
-    return PROTECTED_NAMESPACE, why
+
+    def _quota_rule(self, unit: Unit) -> tuple[str, str] | None:
+        """Koordinator's same-quota rule and CapacityScheduling's namespace rules."""
+        pre = self.pre
+        if self.mine is not None:
+            if any(quota_of(self.state, p) != self.mine for p in unit.pods):
+                return OTHER_QUOTA, (
+                    f"it is not in the preemptor's quota {self.mine.ref} (Koordinator preempts "
+                    "within a quota only)"
+                )
+            return None
+        rules = self.capacity
+        if rules is None:
+            return None
+        if rules.allows(unit, ANY_PRIORITY if self.reclaims else pre.priority):
+            return None
+        namespace = unit.pods[0].namespace
+        if not rules.has_quota:
+            why = "the preemptor has no ElasticQuota: it takes only pods without one"
+        elif rules.borrowing:
+            why = "the preemptor's namespace would be over its min: it takes only its own pods"
+        elif namespace == pre.pods[0].namespace:
+            why = (
+                "the preemptor is within its min: it reclaims from other namespaces only, "
+                "never its own"
+            )
+        else:
+            why = (
+                f"the preemptor is within its min, and namespace {namespace} is not over its "
+                "min (or has no ElasticQuota): protected"
+            )
+        return PROTECTED_NAMESPACE, why
 
 
 def _node_waiting(planner: NodePlanner, pre: Preemptor, d: Decision) -> list[str]:
@@ -459,11 +446,8 @@ def _quota_rule_of(
     )
 
 
-def _quota_waiting(ev: object, d: Decision) -> list[str]:
+def _quota_waiting(ev: Evaluation, d: Decision) -> list[str]:
     """The decision's message, then the quota arithmetic per flavor and resource."""
-    from gangpreempt.planning.deciding import Evaluation
-
-    assert isinstance(ev, Evaluation)
     lines = [d.message]
     cq = ev.cq
     for fr, need in sorted(ev.assignment.usage.items()):

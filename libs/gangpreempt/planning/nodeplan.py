@@ -49,6 +49,14 @@ class Preemptor:
     def is_gang(self) -> bool:
         return bool(self.groups)
 
+    @property
+    def demand(self) -> dict[str, int]:
+        """What its pending pods request together."""
+        total: dict[str, int] = {}
+        for p in self.pods:
+            add_into(total, p.requests)
+        return total
+
 
 class NodePlanner:
     """Node-level decisions on one snapshot; ``commit`` makes a decision's placement and
@@ -178,7 +186,7 @@ class NodePlanner:
     def _decide_capacity(self, pre: Preemptor) -> Decision:
         """A lone pod under CapacityScheduling (``preemption.capacity``)."""
         pod = pre.pods[0]
-        quotas = self._capacity_quotas()
+        quotas = self.capacity_quotas()
         eq = quotas.quota(pod.namespace)
 
         def out(
@@ -192,7 +200,7 @@ class NodePlanner:
             node = fits_now(self.cluster, pod, pre.priority)
             if node is not None:
                 return out("Fit", ADMIT, [], {pod.ref: node}, f"fits on node {node}")
-        blocked = self._may_preempt(pre)
+        blocked, _kept = self._may_preempt(pre)
         why = refusal or "does not fit on any node"
         if blocked is not None:
             return out("NoFit", PENDING, [], {}, f"{why} and {blocked}")
@@ -226,10 +234,9 @@ class NodePlanner:
         eq = quota_of(self.state, pre.pods[0])
         if eq is None:
             return None
-        demand: dict[str, int] = {}
-        for p in pre.pods:
-            add_into(demand, p.requests)
-        return self.quota_view().job_quota(eq, demand, any(non_preemptible(p) for p in pre.pods))
+        return self.quota_view().job_quota(
+            eq, pre.demand, any(non_preemptible(p) for p in pre.pods)
+        )
 
     def quota_view(self) -> QuotaView:
         """Each running pod's ElasticQuota and, for Koordinator, the tree's runtimes,
@@ -282,14 +289,6 @@ class NodePlanner:
                 )
         return None
 
-    def _kept_nominations(self, pre: Preemptor) -> dict[str, str]:
-        """A preemptor waiting for its earlier victims keeps its pods' nominated nodes and
-        chooses nothing new (kube-scheduler 1.37: "ongoing preemption on nominated
-        nodes"); any other refusal places nothing."""
-        if self._victims_terminating(pre) is None:
-            return {}
-        return {p.ref: p.nominated_node for p in pre.pods if p.nominated_node}
-
     def _worth_waiting_for(self, pod: Pod, leaving: Pod, priority: int) -> bool:
         """Does the preemptor wait for this terminating pod on its nominated node?
         kube-scheduler: any of lower priority. CapacityScheduling: a pod with a quota
@@ -298,7 +297,7 @@ class NodePlanner:
         lower = self.cluster.preemption_priority(leaving) < priority
         if not self._capacity_scheduling():
             return lower
-        quotas = self._capacity_quotas()
+        quotas = self.capacity_quotas()
         mine, theirs = quotas.quota(pod.namespace), quotas.quota(leaving.namespace)
         if mine is None:
             return theirs is None and lower
@@ -310,15 +309,22 @@ class NodePlanner:
             pod.namespace, pod.requests, quotas.used
         ) and quotas.over_min(leaving.namespace, quotas.used)
 
-    def _capacity_quotas(self) -> CapacityQuotas:
+    def capacity_quotas(self) -> CapacityQuotas:
         if self._capacity_state is None:
             self._capacity_state = CapacityQuotas(self.state)
         return self._capacity_state
 
-    def _may_preempt(self, pre: Preemptor) -> str | None:
+    def _may_preempt(self, pre: Preemptor) -> tuple[str | None, dict[str, str]]:
+        """Why the preemptor may not preempt now (None: it may), and the nominations it
+        keeps: a preemptor waiting for its earlier victims keeps its pods' nominated
+        nodes and chooses nothing new (kube-scheduler 1.37: "ongoing preemption on
+        nominated nodes"); any other refusal places nothing."""
         waiting = self._victims_terminating(pre)
         if waiting is not None:
-            return waiting
+            return waiting, {p.ref: p.nominated_node for p in pre.pods if p.nominated_node}
+        return self._refusal(pre), {}
+
+    def _refusal(self, pre: Preemptor) -> str | None:
         for pod in pre.pods:
             if pod.labels.get(CAN_PREEMPT_LABEL) == "false":
                 return (
@@ -357,16 +363,10 @@ class NodePlanner:
             return self._decision(
                 pre, None, "Fit", ADMIT, [], {pod.ref: node}, f"fits on node {node}"
             )
-        refusal = self._may_preempt(pre)
+        refusal, kept = self._may_preempt(pre)
         if refusal is not None:
             return self._decision(
-                pre,
-                None,
-                "NoFit",
-                PENDING,
-                [],
-                self._kept_nominations(pre),
-                f"does not fit on any node and {refusal}",
+                pre, None, "NoFit", PENDING, [], kept, f"does not fit on any node and {refusal}"
             )
         found, evaluated = search_single(
             self.cluster, self.table, pod, pre.priority, self._own_units(pre)
@@ -400,11 +400,8 @@ class NodePlanner:
             quota_units = self.table.refs_of(quota.usage)
         capacity: GangCapacity | None = None
         if self._capacity_scheduling():
-            demand: dict[str, int] = {}
-            for p in pre.pods:
-                add_into(demand, p.requests)
             ns = pre.pods[0].namespace
-            capacity = GangCapacity(self._capacity_quotas(), self.state, ns, demand)
+            capacity = GangCapacity(self.capacity_quotas(), self.state, ns, pre.demand)
             checks = [capacity]
         search = GangSearch(
             self.table,
@@ -433,7 +430,7 @@ class NodePlanner:
                     placement,
                     f"{plural(len(placement), 'pod')} fit on nodes{where} as they are",
                 )
-        refusal = self._may_preempt(pre)
+        refusal, kept = self._may_preempt(pre)
         if refusal is not None:
             if capacity is not None:
                 why = capacity.why_not()
@@ -446,7 +443,7 @@ class NodePlanner:
                 "NoFit",
                 PENDING,
                 [],
-                self._kept_nominations(pre),
+                kept,
                 f"does not fit{detail} and {refusal}",
             )
         search.candidates_below(pre.priority, self._own_units(pre))

@@ -121,6 +121,30 @@ def _move(used: dict[str, Usage], usage: Mapping[str, Usage], sign: int) -> None
             add_into(used[ns], u, sign)
 
 
+def takes(
+    quotas: CapacityQuotas,
+    ns: str,
+    has_quota: bool,
+    borrowing: bool,
+    unit: Unit,
+    priority: int,
+    used: Mapping[str, Usage],
+) -> bool:
+    """The plugin's namespace rule: may a preemptor of namespace ``ns`` (with a quota or
+    not; over its min once it is in, or not) take ``unit``, the quotas' usage being
+    ``used``? Over its min: only lower-priority pods of its own namespace. Within its
+    min: pods of other namespaces whose quota is over its min, whatever their priority.
+    Without a quota: only lower-priority pods without one."""
+    theirs = {p.namespace for p in unit.pods}
+    if not has_quota:
+        return unit.priority < priority and all(quotas.quota(n) is None for n in theirs)
+    if borrowing:
+        return unit.priority < priority and theirs == {ns}
+    return ns not in theirs and all(
+        quotas.quota(n) is not None and quotas.over_min(n, used) for n in theirs
+    )
+
+
 def select_on_node(
     quotas: CapacityQuotas,
     pod: Pod,
@@ -141,18 +165,7 @@ def select_on_node(
     freed = dict(free)
     potential: list[tuple[Unit, dict[str, int], dict[str, Usage]]] = []
     for unit, mine in reversed(list(here)):  # least important first
-        their_ns = unit.pods[0].namespace
-        if has_quota and more_than_min:
-            allowed = their_ns == ns and unit.priority < priority
-        elif has_quota:
-            allowed = (
-                their_ns != ns
-                and quotas.quota(their_ns) is not None
-                and quotas.over_min(their_ns, used)
-            )
-        else:
-            allowed = quotas.quota(their_ns) is None and unit.priority < priority
-        if not allowed:
+        if not takes(quotas, ns, has_quota, more_than_min, unit, priority, used):
             continue
         usage = _usage(unit)
         _move(used, usage, -1)
@@ -240,15 +253,8 @@ class GangCapacity:
 
     def allows(self, unit: Unit, priority: int) -> bool:
         """Whether the gang may take ``unit`` (the plugin's rule, read per gang)."""
-        theirs = {p.namespace for p in unit.pods}
         q = self.quotas
-        if not self.has_quota:
-            return unit.priority < priority and all(q.quota(n) is None for n in theirs)
-        if self.borrowing:
-            return unit.priority < priority and theirs == {self.ns}
-        return self.ns not in theirs and all(
-            q.quota(n) is not None and q.over_min(n, q.used) for n in theirs
-        )
+        return takes(q, self.ns, self.has_quota, self.borrowing, unit, priority, q.used)
 
     def fits(self, removed: Iterable[str] = ()) -> bool:
         q = self.quotas

@@ -175,7 +175,7 @@ DECODE_SECONDS = Histogram(
 
 # -- the hops of a decision -------------------------------------------------------------
 
-_REMEMBERED = 10_000  # starts of hops kept per kind (oldest forgotten first)
+_REMEMBERED = 40_000  # hop starts kept (oldest forgotten first)
 
 
 class _Starts:
@@ -187,7 +187,7 @@ class _Starts:
     def put(self, kind: str, key: str, at: datetime) -> None:
         self.seen[(kind, key)] = at
         self.seen.move_to_end((kind, key))
-        while len(self.seen) > _REMEMBERED * 4:
+        if len(self.seen) > _REMEMBERED:
             self.seen.popitem(last=False)
 
     def take(self, kind: str, key: str) -> datetime | None:
@@ -204,21 +204,19 @@ def hop(name: str, start: datetime | None, end: datetime) -> None:
 
 
 def hop_started(kind: str, key: str, at: datetime) -> None:
-    """A hop starts outside the events (a plan record seen actuated): ``published`` ends
-    it (kinds: requested, proposed, confirmed, actuated)."""
+    """A hop starts outside the events (quota sees a plan record actuated): ``published``
+    ends it (the preemptor's ``Admitted``)."""
     _starts.put(kind, key, at)
 
 
 def _note_start(event: events.Event) -> None:
-    """Remember the event as the start of the hop its successor ends."""
+    """A consumed event that starts a hop its consumer ends: the request (victims
+    answers it) and the proposal (quota confirms it). The other hops start from the
+    plan record (``hop`` in the actuator, ``hop_started`` in quota)."""
     if isinstance(event, events.PreemptionRequested):
         _starts.put("requested", event.request_id, event.occurred_at)
     elif isinstance(event, events.PlanProposed):
         _starts.put("proposed", event.plan_id, event.occurred_at)
-    elif isinstance(event, events.PlanConfirmed):
-        _starts.put("confirmed", event.plan_id, event.occurred_at)
-    elif isinstance(event, events.PlanActuated):
-        _starts.put("actuated", event.preemptor, event.occurred_at)
 
 
 def consumed(
@@ -278,7 +276,6 @@ def published(event: events.Event) -> None:
     elif isinstance(event, events.Admitted):
         KUEUE_ADMITTED.labels(event.cluster_queue or "none").inc()
         hop("actuated_to_admitted", _starts.take("actuated", event.workload), at)
-    _note_start(event)
 
 
 def plan_actuated(cluster_queue: str, reasons: list[str], pods: int) -> None:

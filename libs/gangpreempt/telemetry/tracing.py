@@ -144,23 +144,15 @@ def link_of(headers: Mapping[str, str] | None) -> trace.SpanContext | None:
     return ctx if ctx.is_valid else None
 
 
-@contextlib.contextmanager
 def root_span(
     name: str,
     links: list[trace.SpanContext] | None = None,
     attributes: Mapping[str, Any] | None = None,
-) -> Iterator[Span]:
+) -> contextlib.AbstractContextManager[Span]:
     """A span that starts a trace of its own (whatever is current), linked to the span
-    contexts that led to it (the STATE messages a quota cycle decided on)."""
-    kept = (links or [])[-MAX_LINKS:]
-    token = context.attach(context.Context())
-    try:
-        with tracer().start_as_current_span(
-            name, links=[trace.Link(c) for c in kept], attributes=dict(attributes or {})
-        ) as span:
-            yield span
-    finally:
-        context.detach(token)
+    contexts that led to it (the STATE messages a quota cycle decided on), the last
+    ``MAX_LINKS`` of them."""
+    return continued_span(name, None, (links or [])[-MAX_LINKS:], attributes)
 
 
 @contextlib.contextmanager
