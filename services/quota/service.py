@@ -30,10 +30,10 @@ from gangpreempt.bus.consuming import Delivery
 from gangpreempt.bus.records import RecordBook, RecordStore
 from gangpreempt.bus.status import QuotaStatus, status_subject
 from gangpreempt.errors import InvalidInput
-from gangpreempt.planning import admission_pass
 from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.inflight import PlanInFlight, rejection
-from gangpreempt.planning.nodeplan import NodePlanner, with_nodes
+from gangpreempt.planning.nodeplan import NodePlanner
+from gangpreempt.planning.quotacycle import cycle_decisions
 from gangpreempt.planning.records import TERMINAL, PlanRecord, new_record
 from gangpreempt.telemetry import metrics
 from gangpreempt.telemetry.tracing import continued_span, current_carrier, root_span
@@ -241,12 +241,14 @@ class Quota:
                 except Exception as exc:
                     log.debug("delete marker not purged", plan_id=plan_id, error=repr(exc))
 
-    def settle_flights(self) -> list[str]:
+    def settle_flights(self) -> tuple[list[str], frozenset[str]]:
         """End the flights whose preemptor is admitted or gone, and Kueue flights whose
-        victims have all left (their preemptor is then evaluated normally: its quota is
-        free); return the node-level preemptors ready to be admitted where they held."""
+        victims have all left; return the node-level preemptors ready to be admitted where
+        they held, and the Kueue preemptors whose victims left (processed first in the
+        pass, so the quota and room they preempted for are theirs)."""
         state = self.replica.state
         ready = self.nodes.settle(state, self.flights)
+        first: set[str] = set()
         for key, flight in list(self.flights.by_preemptor.items()):
             if is_node_ref(key):
                 continue
@@ -263,7 +265,8 @@ class Quota:
                 and self.nodes.victims_gone(state, key)
             ):
                 self.flights.end(key, "its victims are gone")
-        return ready
+                first.add(key)
+        return ready, frozenset(first)
 
     async def cycle(self) -> None:
         """One admission cycle, in a trace of its own linked to the STATE changes it
@@ -282,24 +285,29 @@ class Quota:
             return
         started = time.perf_counter()
         state, now, seq = self.replica.state, self.ctx.now(), self.replica.seq
-        ready = self.settle_flights()
+        ready, first = self.settle_flights()
         snapshot = self.live.snapshot(now)  # plans in flight are held in it
-        with snapshot.scratch(), metrics.core_call("admission_pass"):
-            # nothing awaits in here: the replica cannot interleave
-            decisions = admission_pass(snapshot, self.flights.waiting())
-        for d in decisions:
-            result = "success" if d.outcome == "Admit" else "inadmissible"
-            metrics.KUEUE_ADMISSION_ATTEMPTS.labels(result).inc()
         outbox: list[events.Event] = []
         planner: NodePlanner | None = None
         if state.pods:
             try:
                 planner = self.nodes.planner(self.live.nodes, now, but=ready)
                 outbox += admit_ready(planner, self.nodes, self.flights, ready, now)
-                decisions = with_nodes(planner, decisions)  # Kueue workloads with pods
             except InvalidInput as exc:  # e.g. a pod whose PriorityClass is not here yet
                 log.warning("node-level decisions skipped until the state changes", error=str(exc))
                 planner = None
+        waiting = self.flights.waiting()
+        # nothing awaits in here: the replica cannot interleave
+        with metrics.core_call("admission_pass"):
+            try:
+                decisions = cycle_decisions(snapshot, waiting, planner, first)
+            except InvalidInput as exc:  # composing with the nodes failed
+                log.warning("node-level decisions skipped until the state changes", error=str(exc))
+                planner = None
+                decisions = cycle_decisions(snapshot, waiting, None, first)
+        for d in decisions:
+            result = "success" if d.outcome == "Admit" else "inadmissible"
+            metrics.KUEUE_ADMISSION_ATTEMPTS.labels(result).inc()
         assert self.live.ledger is not None
         # victims of the plans in flight: Kueue workloads by key, node-level units by ref
         claimed = set(self.live.ledger.held_victims) | set(self.nodes.claimed())

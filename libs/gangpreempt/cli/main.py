@@ -39,6 +39,7 @@ class _Commands(click.Group):
     LAZY: ClassVar[dict[str, tuple[str, str]]] = {
         "provision": ("gangpreempt.cli.provision", "provision_command"),
         "nats-config": ("gangpreempt.cli.natsconfig", "nats_config_command"),
+        "simulate": ("gangpreempt.cli.simulate", "simulate_command"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -147,6 +148,15 @@ def cli() -> None:
     help="Evaluate this pending object alone, as the head of its queue.",
 )
 @_deciding_options
+@click.option(
+    "--victim-cost",
+    type=click.Choice(["kueue-order", "lost-gpu-hours"]),
+    default="kueue-order",
+    show_default=True,
+    help="Kueue's candidates of one priority: in Kueue's order, or least lost work first "
+    "(GPUs x time since the last checkpoint: the gangpreempt.io/last-checkpoint or "
+    "checkpoint-interval-seconds annotation, else the whole run).",
+)
 def plan(
     paths: tuple[str, ...],
     workload: str | None,
@@ -157,6 +167,7 @@ def plan(
     strict: bool,
     kubeconfig: str | None,
     kube_context: str | None,
+    victim_cost: str,
 ) -> None:
     """Compute preemption decisions offline from manifests; no cluster, no bus.
 
@@ -175,6 +186,7 @@ def plan(
                 workload,
                 priority_search=priority_search,
                 rescheduling=gang_reprieve == "rescheduling",
+                victim_cost="" if victim_cost == "kueue-order" else victim_cost,
             )
     except InvalidInput as exc:
         click.echo(f"error: {exc}", err=True)

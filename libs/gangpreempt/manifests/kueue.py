@@ -29,6 +29,8 @@ from gangpreempt.model.queues import (
     WorkloadPriorityClass,
 )
 from gangpreempt.model.workloads import (
+    CHECKPOINT_INTERVAL_ANNOTATION,
+    LAST_CHECKPOINT_ANNOTATION,
     PRIORITY_CLASS,
     WORKLOAD_PRIORITY_CLASS,
     Admission,
@@ -268,6 +270,7 @@ def _conditions(status: Fields) -> tuple[Condition, ...]:
 
 def workload(meta: Fields, namespace: str, name: str, spec: Fields, status: Fields) -> Workload:
     pod_sets = _pod_sets(spec)
+    notes = meta.map_or_empty("annotations")
     return Workload(
         namespace=namespace,
         name=name,
@@ -283,6 +286,8 @@ def workload(meta: Fields, namespace: str, name: str, spec: Fields, status: Fiel
         active=spec.flag("active", True),
         reclaimable_pods=_reclaimable(status),
         owner=_owner(meta, namespace),
+        last_checkpoint=notes.time(LAST_CHECKPOINT_ANNOTATION),
+        checkpoint_interval_s=notes.integer(CHECKPOINT_INTERVAL_ANNOTATION, minimum=1),
     )
 
 

@@ -15,6 +15,8 @@ ADMITTED = "Admitted"
 EVICTED = "Evicted"
 FINISHED = "Finished"
 PREEMPTED = "Preempted"
+LAST_CHECKPOINT_ANNOTATION = "gangpreempt.io/last-checkpoint"
+CHECKPOINT_INTERVAL_ANNOTATION = "gangpreempt.io/checkpoint-interval-seconds"
 
 WORKLOAD_PRIORITY_CLASS = "WorkloadPriorityClass"
 PRIORITY_CLASS = "PriorityClass"
@@ -73,6 +75,11 @@ class Workload(msgspec.Struct, frozen=True):
     # The object Kueue made it for (``Job/ns/name``, ``Pod/ns/name``, ...): its
     # controlling owner reference, or the submitted object it was derived from.
     owner: str = ""
+    # What it would lose if evicted now, when its job says (annotations
+    # ``gangpreempt.io/last-checkpoint``, ``gangpreempt.io/checkpoint-interval-seconds``):
+    # read only under ``--victim-cost lost-gpu-hours``.
+    last_checkpoint: datetime | None = None
+    checkpoint_interval_s: int | None = None
 
     @property
     def key(self) -> str:
@@ -146,8 +153,10 @@ class Workload(msgspec.Struct, frozen=True):
 
 __all__ = [
     "ADMITTED",
+    "CHECKPOINT_INTERVAL_ANNOTATION",
     "EVICTED",
     "FINISHED",
+    "LAST_CHECKPOINT_ANNOTATION",
     "PREEMPTED",
     "PRIORITY_CLASS",
     "QUOTA_RESERVED",

@@ -24,7 +24,7 @@ workload in the next cycle.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from gangpreempt.model.queues import STRICT_FIFO
 from gangpreempt.planning.deciding import (
@@ -78,11 +78,23 @@ class _Queue:
 
 
 class AdmissionPass:
-    def __init__(self, snapshot: Snapshot, waiting: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        waiting: frozenset[str] = frozenset(),
+        first: frozenset[str] = frozenset(),
+        observe: Callable[[Evaluation, Snapshot], None] | None = None,
+    ) -> None:
         self.snapshot = snapshot
+        # Called with each preemption as it is decided, on the snapshot it was decided on
+        # (what ``gangpreempt simulate`` measures against the optimum); reads only.
+        self.observe = observe
         # Pending workloads whose preemption is in flight: at the head of their queue they
         # keep it waiting behind them, and get no new decision.
         self.waiting = waiting
+        # Preemptors whose victims have just left: processed before every other head, so
+        # the room they preempted for is theirs (Kueue's PrioritizePreemptorWorkloads).
+        self.first = first
         self.decisions: list[Decision] = []
         self.preempting_trees: set[str] = set()
         self.queues: dict[str, _Queue] = {}
@@ -103,9 +115,19 @@ class AdmissionPass:
                 continue
             assert pending.cq is not None
             by_queue.setdefault(pending.cq, []).append(pending)
+        firsts: list[PendingWorkload] = []
         for name in sorted(by_queue):
             members = sorted(by_queue[name], key=PendingWorkload.queue_order)
+            firsts += [p for p in members if p.key in self.first]
+            members = [p for p in members if p.key not in self.first]
             self.queues[name] = _Queue(snap.cqs[name], members)
+        # Preemptors whose victims have left come before every queue's head: the quota
+        # and room they preempted for are theirs, whatever arrived in their queue since.
+        for ev in sorted((evaluate(snap, p) for p in firsts), key=Evaluation.order):
+            self._process(ev, head=False)
+        for cq, usage in self.held:
+            self.snapshot.give_usage(cq.node, usage)
+        self.held.clear()
 
         while True:
             heads = []
@@ -137,9 +159,11 @@ class AdmissionPass:
         return self.decisions
 
     # -- one entry -----------------------------------------------------------------
-    def _process(self, ev: Evaluation) -> None:
+    def _process(self, ev: Evaluation, head: bool = True) -> None:
+        """One entry: its queue's head (``head``), or a preemptor whose victims left."""
         queue = self.queues[ev.cq.name]
-        queue.next += 1
+        if head:
+            queue.next += 1
         tree = ev.cq.node.root().name if ev.cq.node.parent is not None else None
         mode = ev.mode
 
@@ -175,6 +199,8 @@ class AdmissionPass:
             self._pending(queue, ev, msg, strict_only=False)
             return
 
+        if ev.targets and self.observe is not None:
+            self.observe(ev, self.snapshot)
         for t in ev.targets:
             self.snapshot.release(t.aw)
         self.snapshot.take_usage(ev.cq.node, ev.assignment.usage)
@@ -203,10 +229,16 @@ class AdmissionPass:
             )
 
 
-def admission_pass(snapshot: Snapshot, waiting: frozenset[str] = frozenset()) -> list[Decision]:
+def admission_pass(
+    snapshot: Snapshot,
+    waiting: frozenset[str] = frozenset(),
+    first: frozenset[str] = frozenset(),
+    observe: Callable[[Evaluation, Snapshot], None] | None = None,
+) -> list[Decision]:
     """Decisions for every pending workload of the snapshot's state, except those in
-    ``waiting`` (preemptions in flight), which hold their place at the head of their queue."""
-    return AdmissionPass(snapshot, waiting).run()
+    ``waiting`` (preemptions in flight), which hold their place at the head of their queue;
+    heads in ``first`` (preemptors whose victims have left) are processed before others."""
+    return AdmissionPass(snapshot, waiting, first, observe).run()
 
 
 def iter_pending(snapshot: Snapshot) -> Iterator[PendingWorkload]:

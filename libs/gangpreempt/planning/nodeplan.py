@@ -12,9 +12,11 @@ import msgspec
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import CAN_PREEMPT_LABEL, NEVER, Pod, PodGroup
+from gangpreempt.model.workloads import PREEMPTED
 from gangpreempt.placement.cluster import NodeCluster, add_into
 from gangpreempt.placement.gang import Shape, shapes_of
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim, plural
+from gangpreempt.preemption.candidates import recently_preempted
 from gangpreempt.preemption.capacity import CapacityQuotas, GangCapacity, search_capacity
 from gangpreempt.preemption.gang import Check, GangSearch, best, domains
 from gangpreempt.preemption.jobquota import JobQuota, QuotaView, non_preemptible, quota_of
@@ -86,6 +88,9 @@ class NodePlanner:
         self.decided = 0  # decisions made (a service's metrics count them)
         self.stats: dict[str, int] = {}  # the last decision's numbers, for its trace span
         self.promised: set[str] = set()  # units (refs) already chosen as victims
+        # Kueue's ClusterQueues above their nominal quota before the pass, when known: a
+        # Workload's node victims in another ClusterQueue come only from these (``compose``)
+        self.borrowing_queues: frozenset[str] | None = None
         self._quota_view: QuotaView | None = quotas
         self._capacity: bool | None = None
         self._capacity_state: CapacityQuotas | None = None
@@ -557,10 +562,30 @@ class NodePlanner:
 
     def kueue_pods(self, key: str) -> list[Pod]:
         """The pending pods of Kueue Workload ``namespace/name`` (annotated with it)."""
+        keys = self.cluster.kueue_pods.get(key, ())
+        pods = (self.state.pods.get(k) for k in keys)
         return sorted(
-            (p for p in self.state.pods.values() if p.kueue_workload == key and p.pending),
+            (p for p in pods if p is not None and p.kueue_workload == key and p.pending),
             key=lambda p: p.key,
         )
+
+    def place_as_is(self, key: str) -> dict[str, str] | None:
+        """Where the pending pods of Kueue Workload ``key`` fit on the nodes as they are
+        (nothing preempted), all or none, or None; the room is then taken. What a gang
+        admitted on quota alone gets from the scheduler (Kueue without topology-aware
+        scheduling)."""
+        pods = self.kueue_pods(key)
+        if not pods:
+            return None
+        shapes = shapes_of(pods, self.cluster)
+        required = {i: len(s.pods) for i, s in enumerate(shapes)}
+        search = GangSearch(self.table, shapes, required, [], priority_search=self.priority_search)
+        search.use_columns = self.use_columns
+        placement = search.fits_without_preemption(domains(self.cluster.nodes, "")[0])
+        if placement is not None:
+            placement = dict(sorted(placement.items()))
+            self.hold(placement, [])
+        return placement
 
     def compose(self, d: Decision) -> Decision:
         """A Kueue decision (Admit, or Preempt with its quota victims) for a Workload whose
@@ -590,6 +615,7 @@ class NodePlanner:
         extra: list[Unit] = []
         if placement is None:
             exclude = {u.ref for u in forced} | self.promised | {d.preemptor}
+            exclude |= self.kueue_protected(d.queue.removeprefix("ClusterQueue/"))
             search.candidates = self.table.candidates(priority, exclude)
             found = search.run(cluster)
             if found is None:
@@ -622,6 +648,32 @@ class NodePlanner:
             placement=dict(sorted(placement.items())),
             message=message,
         )
+
+    def kueue_protected(self, queue: str) -> set[str]:
+        """Running Kueue Workloads (unit refs) a Workload of ClusterQueue ``queue`` may not
+        take for room on the nodes, as Kueue would not take them at quota level either:
+        those preempted within the re-preemption guard (thrashing), and, when the
+        borrowing queues are known, those of other ClusterQueues within their nominal
+        quota (freeing one hands quota back to a queue that reclaims it at once: the
+        victim is evicted, re-admitted and evicted again)."""
+        out = set()
+        now_ts = self.now.timestamp()
+        for ref in self.table.units:
+            if not ref.startswith("Workload/"):
+                continue
+            wl = self.state.workloads.get(ref.removeprefix("Workload/"))
+            if wl is None or wl.admission is None:
+                continue
+            cq = wl.admission.cluster_queue
+            borrowing = self.borrowing_queues
+            if borrowing is not None and cq != queue and cq not in borrowing:
+                out.add(ref)
+                continue
+            preempted = wl.condition(PREEMPTED)
+            at = preempted.last_transition_time if preempted is not None else None
+            if at is not None and recently_preempted(at.timestamp(), now_ts):
+                out.add(ref)
+        return out
 
     def hold(self, placement: dict[str, str], victims: Iterable[str]) -> None:
         """A plan in flight (or decided earlier in a pass): its victims are promised to

@@ -12,7 +12,8 @@ from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning.cycle import admission_pass
 from gangpreempt.planning.deciding import decision, evaluate, not_considered, unavailable
 from gangpreempt.planning.decisions import Decision, Plan
-from gangpreempt.planning.nodeplan import NodePlanner, is_node_level, node_decisions, with_nodes
+from gangpreempt.planning.nodeplan import NodePlanner, is_node_level, node_decisions
+from gangpreempt.planning.quotacycle import borrowing_queues, cycle_decisions
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import Snapshot
 
@@ -52,14 +53,19 @@ def plan(
     excluded: Iterable[str] = (),
     priority_search: bool = True,
     rescheduling: bool = False,
+    victim_cost: str = "",
 ) -> Plan:
     """Decisions for one pending workload (``KIND/NAMESPACE/NAME``, evaluated alone as the
     head of its queue) or, without one, for every pending workload in one admission pass.
 
     ``excluded`` names workloads (``namespace/name``) already promised to other
     preemptors: they keep their quota but are not candidates. ``rescheduling``: a gang's
-    victims are reprieved as kube-scheduler 1.36 does (scheduled again at each reprieve)."""
-    return plan_on(Snapshot.build(state, now), workload, excluded, priority_search, rescheduling)
+    victims are reprieved as kube-scheduler 1.36 does (scheduled again at each reprieve).
+    ``victim_cost`` ``lost-gpu-hours``: Kueue's candidates of one priority are tried least
+    lost work first."""
+    snapshot = Snapshot.build(state, now)
+    snapshot.victim_cost = victim_cost
+    return plan_on(snapshot, workload, excluded, priority_search, rescheduling)
 
 
 def plan_on(
@@ -100,13 +106,14 @@ def _plan(
     for key in excluded:
         snapshot.pin(key)
     if workload is None:
-        decisions = admission_pass(snapshot)
-        if state.pods:
+        if state.pods and state.nodes:
             planner = planner_for()
-            if state.nodes:
-                decisions = with_nodes(planner, decisions) + node_decisions(planner)
-            else:
-                decisions += _no_nodes(node_decisions(planner))
+            decisions = cycle_decisions(snapshot, frozenset(), planner)
+            decisions += node_decisions(planner)
+        else:
+            decisions = admission_pass(snapshot)
+            if state.pods:
+                decisions += _no_nodes(node_decisions(planner_for()))
         return Plan(now=rfc3339(now), decisions=_owned(state, decisions))
     workload = _submitted_workload(state, workload)
     _kind, namespace, name = parse_object_ref(workload)
@@ -127,9 +134,12 @@ def _plan(
     reason = unavailable(snapshot, pending)
     if reason is not None:
         return Plan(now=rfc3339(now), decisions=_owned(state, [not_considered(pending, reason)]))
+    borrowing = borrowing_queues(snapshot)
     d = decision(evaluate(snapshot, pending))
     if state.pods and state.nodes:
-        d = planner_for().compose(d)
+        planner = planner_for()
+        planner.borrowing_queues = borrowing
+        d = planner.compose(d)
     return Plan(now=rfc3339(now), decisions=_owned(state, [d]))
 
 

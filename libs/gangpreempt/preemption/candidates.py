@@ -31,6 +31,16 @@ _NOTHING = -(2**63)  # a priority bound nothing is below
 IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"
 IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+# A workload preempted (its ``Preempted`` condition changed) less than this long ago is no
+# candidate: evicted, re-admitted and evicted again within the hour is thrashing.
+REPREEMPTION_GUARD_S = 3600.0
+LOST_GPU_HOURS = "lost-gpu-hours"  # the victim cost of ``--victim-cost``
+VICTIM_COSTS = ("", LOST_GPU_HOURS)
+
+
+def recently_preempted(preempted_ts: float, now_ts: float) -> bool:
+    """Was the workload preempted (or re-admitted after a preemption) within the guard?"""
+    return now_ts - preempted_ts <= REPREEMPTION_GUARD_S
 
 
 class Variant(IntEnum):
@@ -98,8 +108,11 @@ class Classifier:
         self.priority = req.preemptor.priority
         self.ts = req.preemptor.queue_order_ts
         self.borrow_allowed, self.threshold = borrow_within_cohort(req.cq)
+        self.now_ts = req.preemptor.now_ts
 
     def satisfies_policy(self, aw: AdmittedWorkload, policy: str) -> bool:
+        if recently_preempted(aw.preempted_ts, self.now_ts):
+            return False
         if policy == LOWER_PRIORITY:
             return aw.priority < self.priority
         if policy == LOWER_OR_NEWER_EQUAL_PRIORITY:
@@ -199,9 +212,17 @@ def _stream(
     evicting: bool,
     classifier: Classifier,
     bound: int | None,
+    cost: str = "",
 ) -> Iterator[Candidate]:
     """Candidates of ``sources`` in victim order, classified, NEVER ones dropped; stops at
-    the first candidate whose priority reaches ``bound``."""
+    the first candidate whose priority reaches ``bound``. With ``cost``
+    ``lost-gpu-hours``, candidates of one priority come least lost work first."""
+    if cost == LOST_GPU_HOURS:
+        now = classifier.now_ts
+        found = list(_stream(sources, frs, evicting, classifier, bound))
+        found.sort(key=lambda c: (c.aw.priority, c.aw.lost_work(now), c.aw.order_key))
+        yield from found
+        return
     lists = [_tagged(lst, src) for src in sources for lst in src.cq.using(frs, evicting)]
     if not lists:
         return
@@ -277,9 +298,10 @@ class Candidates:
 
     def sequence(self, borrowing: bool) -> Iterator[Candidate]:
         groups = self._groups(borrowing)
+        cost = self.snapshot.victim_cost
         for evicting in (True, False):
             for sources, bound in groups:
-                yield from _stream(sources, self.req.frs, evicting, self.classifier, bound)
+                yield from _stream(sources, self.req.frs, evicting, self.classifier, bound, cost)
 
     def could_fit(self, borrowing: bool, fits: Callable[[bool], bool]) -> bool:
         """Would the preemptor fit if every candidate this pass could ever take were gone?

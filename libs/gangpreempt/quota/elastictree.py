@@ -115,7 +115,7 @@ class QuotaTree:
         if not children:
             return
         mins = {c: self.quotas[c].min.get(res, 0) for c in children}
-        if root and sum(mins.values()) > total:
+        if root and sum(mins.values()) > max(0, total):
             whole = sum(mins.values())
             mins = {c: max(0, total) * m // whole for c, m in mins.items()}
         runtime: dict[str, int] = {}

@@ -9,7 +9,7 @@ from gangpreempt.model.workloads import PodSet, Workload
 
 
 class PendingWorkload:
-    __slots__ = ("cq", "key", "priority", "queue_order_ts", "ref", "uid", "workload")
+    __slots__ = ("cq", "key", "now_ts", "priority", "queue_order_ts", "ref", "uid", "workload")
 
     def __init__(self, workload: Workload, cq: str | None, priority: int, now: datetime) -> None:
         self.workload = workload
@@ -20,6 +20,7 @@ class PendingWorkload:
         order_time = workload.queue_order_time()
         self.queue_order_ts = (order_time or now).timestamp()
         self.uid = workload.uid or workload.key
+        self.now_ts = now.timestamp()  # when it is decided
 
     @classmethod
     def of(cls, state: ClusterState, workload: Workload, now: datetime) -> PendingWorkload:

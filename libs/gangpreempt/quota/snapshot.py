@@ -17,7 +17,7 @@ from datetime import datetime
 
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.queues import ClusterQueue, ResourceFlavor
-from gangpreempt.model.workloads import Workload
+from gangpreempt.model.workloads import PREEMPTED, Workload
 from gangpreempt.quota.tree import (
     FR,
     Node,
@@ -39,15 +39,20 @@ class AdmittedWorkload:
     """A workload holding quota in a ClusterQueue, as the preemption search sees it."""
 
     __slots__ = (
+        "checkpoint_interval_s",
+        "checkpoint_ts",
         "cq",
         "evicting",
         "frs",
+        "gpus",
         "key",
         "order_key",
+        "preempted_ts",
         "priority",
         "queue_order_ts",
         "ref",
         "reserved_ts",
+        "started_ts",
         "uid",
         "usage",
         "workload",
@@ -67,9 +72,31 @@ class AdmittedWorkload:
         self.uid = workload.uid or workload.key
         self.reserved_ts = _ts(workload.quota_reserved_at, now)
         self.queue_order_ts = _ts(workload.queue_order_time(), now)
+        self.started_ts = self.reserved_ts
+        self.checkpoint_ts = (
+            workload.last_checkpoint.timestamp() if workload.last_checkpoint is not None else None
+        )
+        self.checkpoint_interval_s = workload.checkpoint_interval_s
+        self.gpus = sum(v for (_flavor, res), v in usage.items() if res.endswith("gpu"))
+        preempted = workload.condition(PREEMPTED)
+        at = preempted.last_transition_time if preempted is not None else None
+        self.preempted_ts = at.timestamp() if at is not None else float("-inf")
         # Kueue's candidate order inside one queue: lower priority first, then the most
         # recently admitted, then uid.
         self.order_key = (priority, -self.reserved_ts, self.uid)
+
+    def lost_work(self, now_ts: float) -> float:
+        """GPU-seconds (seconds for a workload without GPUs) it would lose if evicted at
+        ``now_ts``: its run since its last checkpoint (the ``last-checkpoint`` annotation,
+        or every ``checkpoint-interval-seconds`` from its admission; its whole run when
+        neither is known)."""
+        last = self.started_ts
+        if self.checkpoint_interval_s:
+            ran = max(0.0, now_ts - self.started_ts)
+            last = self.started_ts + ran - ran % self.checkpoint_interval_s
+        if self.checkpoint_ts is not None:
+            last = max(last, self.checkpoint_ts)
+        return max(0.0, now_ts - last) * max(1, self.gpus)
 
     def __repr__(self) -> str:
         return f"<AdmittedWorkload {self.ref} p={self.priority}>"
@@ -175,6 +202,9 @@ class Snapshot:
         # order by dominant resource share.
         self.fair_sharing = config.fair_sharing
         self.fair_strategies = config.preemption_strategies
+        # "" (Kueue's victim order), or "lost-gpu-hours": among candidates of one
+        # priority, those losing the least work since their last checkpoint first
+        self.victim_cost = ""
         self.admitted: dict[str, AdmittedWorkload] = {}
         self.pinned: set[str] = set()  # hold quota but may not be preempted
         # While a scratch section is open: how to undo each permanent change, in order.

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from gangpreempt.model.pods import KUEUE_WORKLOAD_ANNOTATION
+from gangpreempt.model.workloads import CHECKPOINT_INTERVAL_ANNOTATION
 from gangpreempt.simulation.trace import Job
 
 GPU = "nvidia.com/gpu"
@@ -28,9 +29,19 @@ KUEUE = "kueue.x-k8s.io/v1beta2"
 
 
 def cluster_objects(
-    quotas: Mapping[str, int], nodes: int, gpus_per_node: int
+    quotas: Mapping[str, int], nodes: int, gpus_per_node: int, preemption: bool = True
 ) -> list[dict[str, Any]]:
-    """The cluster before any job: flavor, ClusterQueues, LocalQueues, Nodes."""
+    """The cluster before any job: flavor, ClusterQueues, LocalQueues, Nodes.
+    ``preemption`` off: every ClusterQueue's preemption policies are ``Never``."""
+    policy = (
+        {
+            "reclaimWithinCohort": "Any",
+            "withinClusterQueue": "LowerPriority",
+            "borrowWithinCohort": {"policy": "LowerPriority"},
+        }
+        if preemption
+        else {"reclaimWithinCohort": "Never", "withinClusterQueue": "Never"}
+    )
     out: list[dict[str, Any]] = [
         {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}},
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
@@ -44,11 +55,7 @@ def cluster_objects(
                 "spec": {
                     "cohortName": COHORT,
                     "namespaceSelector": {},
-                    "preemption": {
-                        "reclaimWithinCohort": "Any",
-                        "withinClusterQueue": "LowerPriority",
-                        "borrowWithinCohort": {"policy": "LowerPriority"},
-                    },
+                    "preemption": policy,
                     "resourceGroups": [
                         {
                             "coveredResources": [GPU],
@@ -92,9 +99,11 @@ def job_objects(
     arrived: datetime,
     placement: Mapping[int, str] | None = None,
     started: datetime | None = None,
+    checkpoint_interval_s: int | None = None,
 ) -> list[dict[str, Any]]:
     """A job: its Workload (one pod set per pod size) and its pods; pending, or, with
-    ``placement`` (pod index -> node) and ``started``, admitted and running there."""
+    ``placement`` (pod index -> node) and ``started``, admitted and running there. Its
+    checkpoint interval, when given, is said on the Workload (for ``--victim-cost``)."""
     sizes: dict[int, int] = {}
     for gpus in job.pods:
         sizes[gpus] = sizes.get(gpus, 0) + 1
@@ -115,6 +124,11 @@ def job_objects(
             "name": job.job_id,
             "uid": job.job_id,
             "creationTimestamp": stamp,
+            **(
+                {"annotations": {CHECKPOINT_INTERVAL_ANNOTATION: str(checkpoint_interval_s)}}
+                if checkpoint_interval_s
+                else {}
+            ),
         },
         "spec": {"queueName": job.queue, "priority": job.priority, "podSets": pod_sets},
     }

@@ -1,0 +1,367 @@
+"""``gangpreempt simulate``: replay a GPU-cluster trace under each preemption policy (one
+process per policy, as many at once as there are cores), then print the table or the
+JSON and draw the plots."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import resource
+import sys
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+import click
+import msgspec
+
+from gangpreempt.errors import EXIT_INVALID, InvalidInput
+from gangpreempt.simulation.inputs import (
+    ReplayInput,
+    known_origin,
+    parse_duration,
+    queues_from_yaml,
+    replay_input,
+)
+from gangpreempt.simulation.optimum import Optimality, measure
+from gangpreempt.simulation.replay import OPTIMAL_VICTIMS, POLICIES, Replay
+from gangpreempt.simulation.report import PolicyReport, Series, policy_report
+from gangpreempt.simulation.trace import PRIORITY_MODES, at, origin_of, read_trace
+
+# optimal-victims solves every decision exactly: asked for by name, on small windows
+DEFAULT_POLICIES = tuple(p for p in POLICIES if p != OPTIMAL_VICTIMS)
+
+
+class SimulationResult(msgspec.Struct, frozen=True):
+    trace: str
+    window: dict[str, Any]
+    cluster: dict[str, Any]
+    synthesized: dict[str, Any]
+    policies: list[PolicyReport]
+    # gangpreempt's victims against the exact optimum, on a sample of its decisions
+    optimum: Optimality | None = None
+
+
+Outcome = tuple[PolicyReport, Series, Optimality | None]
+
+
+def _quiet_stdout() -> None:
+    """A worker writes nothing on standard output (the solver's banner would land in
+    the JSON): what it would print goes to standard error."""
+    os.dup2(2, 1)
+
+
+def run_policy(
+    policy: str, replay: ReplayInput, progress: Any = None, optimum_sample: int = 0
+) -> Outcome:
+    """One policy's replay, in its own process (its peak memory is the process's); for
+    gangpreempt, its victims measured against the optimum on ``optimum_sample`` of its
+    decisions."""
+
+    def tell(virtual_s: float) -> None:
+        if progress is not None:
+            progress.put((policy, virtual_s))
+
+    sim = Replay(policy, replay.jobs, replay.settings)
+    log = sim.run(tell)
+    s = replay.settings
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    optimality = None
+    if sim.problems is not None and optimum_sample > 0:
+        optimality = measure(sim.problems, optimum_sample)
+    report, drawn = policy_report(
+        policy,
+        log,
+        sim.stats,
+        cycle_s=s.cycle_s,
+        checkpoint_interval_s=s.checkpoint_interval_s,
+        capacity_gpus=s.nodes * s.gpus_per_node,
+        window_s=replay.window[1] - replay.window[0],
+        peak_memory_mb=peak_kb / 1024.0,
+    )
+    return report, drawn, optimality
+
+
+def run_all(
+    policies: list[str], replay: ReplayInput, show_progress: bool, optimum_sample: int = 0
+) -> list[Outcome]:
+    """Every policy, each in a fresh process, with a progress bar on stderr."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    context = multiprocessing.get_context("spawn")
+    workers = max(1, min(len(policies), os.cpu_count() or 1))
+    window = replay.window[1] - replay.window[0]
+    with context.Manager() as manager:
+        updates = manager.Queue()
+        with (
+            ProcessPoolExecutor(
+                workers, mp_context=context, max_tasks_per_child=1, initializer=_quiet_stdout
+            ) as pool,
+            Progress(
+                TextColumn("{task.description:>18}"),
+                BarColumn(),
+                TextColumn("{task.fields[where]}"),
+                TimeElapsedColumn(),
+                console=_stderr_console(),
+                disable=not show_progress,
+            ) as bar,
+        ):
+            tasks = {
+                p: bar.add_task(p, total=window, where="waiting", start=False) for p in policies
+            }
+            futures: dict[str, Future[Outcome]] = {
+                p: pool.submit(run_policy, p, replay, updates, optimum_sample) for p in policies
+            }
+            while not all(f.done() for f in futures.values()):
+                try:
+                    policy, virtual_s = updates.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                bar.start_task(tasks[policy])
+                day = virtual_s / 86400.0
+                bar.update(tasks[policy], completed=min(virtual_s, window), where=f"day {day:.1f}")
+            results = []
+            for p in policies:
+                results.append(futures[p].result())
+                bar.update(tasks[p], completed=window, where="done")
+    return results
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def print_table(result: SimulationResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    w, c, syn = result.window, result.cluster, result.synthesized
+    console.print(
+        f"[bold]{result.trace}[/bold]  window {w['start']} .. {w['end']} ({w['jobs']} jobs), "
+        f"{c['nodes']} nodes x {c['gpus_per_node']} GPUs"
+        f"{' (sized from the load)' if c['sized_from_trace'] else ''}, offered load "
+        f"{c['offered_gpus']} GPUs; priority {syn['priority']} (seed {syn['seed']}), "
+        f"queues {syn['queues']}, checkpoint every {syn['checkpoint_interval_s']:.0f} s, "
+        f"termination {syn['termination_delay_s']:.0f} s, cycle {syn['cycle_s']:.0f} s, "
+        f"victim cost {syn['victim_cost']}"
+    )
+    table = Table(show_lines=False)
+    table.add_column("measure")
+    for r in result.policies:
+        table.add_column(r.policy, justify="right")
+
+    def row(name: str, values: list[str]) -> None:
+        table.add_row(name, *values)
+
+    rs = result.policies
+    row("evictions", [str(r.outcomes.evictions) for r in rs])
+    row("victim pods / GPUs", [f"{r.outcomes.victim_pods} / {r.outcomes.victim_gpus}" for r in rs])
+    row("unnecessary evictions", [str(r.outcomes.unnecessary_evictions) for r in rs])
+    row("partial-gang evictions", [str(r.outcomes.partial_gang_evictions) for r in rs])
+    row("thrash", [str(r.outcomes.thrash) for r in rs])
+    row("lost GPU-hours", [f"{r.outcomes.lost_gpu_hours:.1f}" for r in rs])
+    priorities = sorted({p for r in rs for p in r.outcomes.wait_s}, key=int, reverse=True)
+    for p in priorities:
+        for q in ("p50", "p95", "p99"):
+            row(
+                f"wait {q}, priority {p}",
+                [
+                    _human(getattr(r.outcomes.wait_s[p], q)) if p in r.outcomes.wait_s else "-"
+                    for r in rs
+                ],
+            )
+    row("completion p50", [_human(r.outcomes.completion_s.p50) for r in rs])
+    row(
+        "jobs started / finished",
+        [f"{r.outcomes.jobs_started} / {r.outcomes.jobs_finished}" for r in rs],
+    )
+    row("GPU utilization (window)", [f"{r.utilization_mean * 100:.1f}%" for r in rs])
+    row("decisions / s", [f"{r.decisions_per_s:,.0f}" for r in rs])
+    row("run time", [f"{r.seconds:.1f} s" for r in rs])
+    row("peak memory", [f"{r.peak_memory_mb:.0f} MB" for r in rs])
+    console.print(table)
+    opt = result.optimum
+    if opt is not None:
+        console.print(
+            f"gangpreempt's victims against the exact optimum (HiGHS), on {opt.sampled} of its "
+            f"{opt.decisions} preemption decisions ({opt.outside} left out: its victims do not "
+            "make room in the solver's model):"
+        )
+        for f in opt.objectives:
+            console.print(
+                f"  {f.objective}: optimal in {f.optimal} of {f.measured}; ours / optimum "
+                f"p50 {f.ratio_p50:g}, p95 {f.ratio_p95:g}, max {f.ratio_max:g}"
+                + (
+                    f"; {f.zero_optimum} where the optimum costs 0 and ours does not"
+                    if f.zero_optimum
+                    else ""
+                )
+            )
+
+
+def _human(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@click.command(
+    "simulate",
+    epilog="\b\nExamples:\n"
+    "  gangpreempt simulate --trace ../shared/traces/philly_2017_jobs.csv "
+    "--window 2017-10-01:2017-10-08\n"
+    "  gangpreempt simulate --trace jobs.csv --window 0:86400 --nodes 16 --policy gangpreempt "
+    "--policy pod-immediate -o json",
+)
+@click.option("--trace", "trace_path", required=True, metavar="CSV", help="The trace (CSV).")
+@click.option(
+    "--window",
+    metavar="START:END",
+    help="Jobs submitted in [START, END): dates (2017-10-01) when the origin is known, or "
+    "seconds from it (default: the whole trace).",
+)
+@click.option("--origin", metavar="DATE", help="The date of the trace's second 0.")
+@click.option(
+    "--nodes", type=int, help="Nodes (default: the window's mean GPU demand plus a quarter)."
+)
+@click.option("--gpus-per-node", type=int, default=8, show_default=True)
+@click.option(
+    "--queues",
+    default="auto",
+    show_default=True,
+    metavar="auto|FILE",
+    help="auto: a ClusterQueue per trace queue, nominal quota by its share of GPU time; or "
+    "a Kueue YAML with a ClusterQueue named as each trace queue.",
+)
+@click.option(
+    "--priority", type=click.Choice(PRIORITY_MODES), default="two-class", show_default=True
+)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--checkpoint-interval", default="30m", show_default=True)
+@click.option("--termination-delay", default="30s", show_default=True)
+@click.option("--cycle", default="10s", show_default=True, help="The admission cycle's period.")
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    type=click.Choice(POLICIES),
+    help="A policy to replay (repeat it; default: every one but optimal-victims).",
+)
+@click.option(
+    "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+@click.option(
+    "--victim-cost",
+    type=click.Choice(["kueue-order", "lost-gpu-hours"]),
+    default="kueue-order",
+    show_default=True,
+    help="gangpreempt's victims of one priority: in Kueue's order, or least lost work "
+    "first (each job's checkpoint interval is said on its Workload).",
+)
+@click.option("--plots", "plots_dir", metavar="DIR", help="Write PNG plots into DIR.")
+@click.option(
+    "--optimum-sample",
+    type=click.IntRange(0),
+    default=200,
+    show_default=True,
+    help="gangpreempt's preemption decisions measured against the exact optimum (0: none).",
+)
+def simulate_command(
+    trace_path: str,
+    window: str | None,
+    origin: str | None,
+    nodes: int | None,
+    gpus_per_node: int,
+    queues: str,
+    priority: str,
+    seed: int,
+    checkpoint_interval: str,
+    termination_delay: str,
+    cycle: str,
+    policies: tuple[str, ...],
+    output: str,
+    victim_cost: str,
+    plots_dir: str | None,
+    optimum_sample: int,
+) -> None:
+    """Replay a GPU-cluster job trace under each preemption policy, in virtual time, and
+    compare what each costs: evictions (unnecessary, partial-gang, thrash), lost
+    GPU-hours, waits, utilization."""
+    try:
+        trace = read_trace(trace_path)
+        start = origin_of(origin or known_origin(trace_path))
+        quotas = None
+        if queues != "auto":
+            quotas = queues_from_yaml(queues, [j.queue for j in trace])
+        replay = replay_input(
+            trace,
+            window,
+            start,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            quotas=quotas,
+            priority=priority,
+            seed=seed,
+            checkpoint_interval_s=parse_duration("--checkpoint-interval", checkpoint_interval),
+            termination_delay_s=parse_duration("--termination-delay", termination_delay),
+            cycle_s=parse_duration("--cycle", cycle),
+            victim_cost="" if victim_cost == "kueue-order" else victim_cost,
+        )
+        if quotas is not None:
+            missing = sorted({j.queue for j in replay.jobs} - set(quotas))
+            if missing:
+                raise InvalidInput(f"--queues {queues}: no ClusterQueue for {missing[0]!r}")
+    except InvalidInput as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+    chosen = list(dict.fromkeys(policies)) or list(DEFAULT_POLICIES)
+    results = run_all(chosen, replay, show_progress=True, optimum_sample=optimum_sample)
+    s = replay.settings
+    result = SimulationResult(
+        trace=trace_path,
+        window={
+            "start": at(start, replay.window[0]),
+            "end": at(start, replay.window[1]),
+            "start_s": replay.window[0],
+            "end_s": replay.window[1],
+            "jobs": len(replay.jobs),
+        },
+        cluster={
+            "nodes": s.nodes,
+            "gpus_per_node": s.gpus_per_node,
+            "gpus": s.nodes * s.gpus_per_node,
+            "sized_from_trace": replay.nodes_from_trace,
+            "offered_gpus": replay.offered_gpus,
+            "quotas": s.quotas,
+        },
+        synthesized={
+            "priority": priority,
+            "seed": seed,
+            "queues": queues,
+            "pods": "ceil(gpus / gpus-per-node) pods of at most gpus-per-node GPUs",
+            "checkpoint_interval_s": s.checkpoint_interval_s,
+            "termination_delay_s": s.termination_delay_s,
+            "cycle_s": s.cycle_s,
+            "victim_cost": victim_cost,
+        },
+        policies=[r for r, _, _ in results],
+        optimum=next((o for _, _, o in results if o is not None), None),
+    )
+    if plots_dir:
+        from gangpreempt.cli.plots import write_plots  # matplotlib: only when asked
+
+        written = write_plots(plots_dir, {r.policy: d for r, d, _ in results})
+        for path in written:
+            click.echo(f"wrote {path}", err=True)
+    if output == "json":
+        click.echo(msgspec.json.format(msgspec.json.encode(result), indent=2).decode())
+    else:
+        print_table(result)
+
+
+__all__ = ["SimulationResult", "run_policy", "simulate_command"]

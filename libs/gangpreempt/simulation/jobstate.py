@@ -1,0 +1,166 @@
+"""A replayed job's objects in each of its states, as the Kubernetes objects would say
+them: read once from ``world.job_objects`` by the manifest reader (so the replay's
+objects are the ones ``plan`` reads), then moved from state to state:
+
+- **pending**: the Workload without an admission, its pods unbound;
+- **admitted**: the Workload admitted (``QuotaReserved`` and ``Admitted``), its pods
+  bound to their nodes (or, under ``gang-unconfirmed``, still unbound: quota reserved
+  while the pods wait for room);
+- **evicting**: the Workload's ``Evicted`` and ``Preempted`` conditions set, its pods
+  terminating (still on their nodes, still holding quota, for the termination delay);
+- back to pending once the pods are gone: new pods (new uids) are created.
+
+Each move gives the objects a new resourceVersion, as the API server would."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+import msgspec
+
+from gangpreempt.manifests import load
+from gangpreempt.model.pods import Pod
+from gangpreempt.model.workloads import (
+    ADMITTED,
+    EVICTED,
+    PREEMPTED,
+    QUOTA_RESERVED,
+    Admission,
+    Condition,
+    PodSetAssignment,
+    Workload,
+)
+from gangpreempt.simulation.trace import Job
+from gangpreempt.simulation.world import FLAVOR, GPU, job_objects
+
+
+class JobObjects:
+    """One job's Workload (``None`` without Kueue) and pods, in their current state."""
+
+    __slots__ = ("incarnation", "pods", "version", "workload")
+
+    def __init__(
+        self, job: Job, arrived: datetime, kueue: bool, checkpoint_interval_s: int | None = None
+    ) -> None:
+        objects = job_objects(job, arrived, checkpoint_interval_s=checkpoint_interval_s)
+        state = load([], objects, "replay", references=False).state
+        self.version = 1
+        self.incarnation = 0
+        wl = next(iter(state.workloads.values()))
+        self.workload: Workload | None = self._v(wl) if kueue else None
+        pods = sorted(state.pods.values(), key=lambda p: int(p.name.rsplit("-", 1)[1]))
+        self.pods: list[Pod] = [
+            p if kueue else msgspec.structs.replace(p, kueue_workload="") for p in pods
+        ]
+
+    def _v(self, wl: Workload) -> Workload:
+        self.version += 1
+        return msgspec.structs.replace(wl, resource_version=str(self.version))
+
+    # -- the Workload ------------------------------------------------------------------------
+    def admitted(self, at: datetime) -> Workload:
+        wl = self.workload
+        assert wl is not None
+        admission = Admission(
+            cluster_queue=wl.queue_name,
+            pod_set_assignments=tuple(
+                PodSetAssignment(
+                    name=ps.name,
+                    flavors={GPU: FLAVOR},
+                    resource_usage={GPU: ps.requests[GPU] * ps.count},
+                    count=ps.count,
+                )
+                for ps in wl.pod_sets
+            ),
+        )
+        conditions = (
+            *_preempted(wl),
+            *(Condition(t, "True", t, at) for t in (QUOTA_RESERVED, ADMITTED)),
+        )
+        self.workload = self._v(
+            msgspec.structs.replace(wl, admission=admission, conditions=conditions)
+        )
+        return self.workload
+
+    def evicting(self, at: datetime) -> Workload:
+        wl = self.workload
+        assert wl is not None
+        kept = tuple(c for c in wl.conditions if c.type != PREEMPTED)
+        marks = (Condition(EVICTED, "True", PREEMPTED, at), Condition(PREEMPTED, "True", "", at))
+        self.workload = self._v(msgspec.structs.replace(wl, conditions=(*kept, *marks)))
+        return self.workload
+
+    def requeued(self) -> Workload:
+        wl = self.workload
+        assert wl is not None
+        self.workload = self._v(
+            msgspec.structs.replace(wl, admission=None, conditions=_preempted(wl))
+        )
+        return self.workload
+
+    # -- the pods ----------------------------------------------------------------------------
+    def bound(self, index: int, node: str, at: datetime) -> Pod:
+        pod = self.pods[index]
+        self.pods[index] = msgspec.structs.replace(
+            pod, node_name=node, nominated_node="", start_time=at, resource_version=self._rv()
+        )
+        return self.pods[index]
+
+    def nominated(self, index: int, node: str) -> Pod:
+        pod = self.pods[index]
+        self.pods[index] = msgspec.structs.replace(
+            pod, nominated_node=node, resource_version=self._rv()
+        )
+        return self.pods[index]
+
+    def terminating(self, index: int) -> Pod:
+        pod = self.pods[index]
+        self.pods[index] = msgspec.structs.replace(
+            pod, terminating=True, resource_version=self._rv()
+        )
+        return self.pods[index]
+
+    def recreated(self, index: int) -> Pod:
+        """The pod after its predecessor terminated: a new one, unbound."""
+        pod = self.pods[index]
+        self.incarnation += 1
+        self.pods[index] = msgspec.structs.replace(
+            pod,
+            uid=f"{pod.name}~{self.incarnation}",
+            node_name="",
+            nominated_node="",
+            start_time=None,
+            terminating=False,
+            resource_version=self._rv(),
+        )
+        return self.pods[index]
+
+    def _rv(self) -> str:
+        self.version += 1
+        return str(self.version)
+
+
+def _preempted(wl: Workload) -> tuple[Condition, ...]:
+    """The workload's ``Preempted`` condition, if it has one: kept when it is requeued
+    and admitted again (the re-preemption guard reads its time)."""
+    return tuple(c for c in wl.conditions if c.type == PREEMPTED)
+
+
+def index_of(pod_ref: str) -> int:
+    """``Pod/trace/<job>-<i>`` -> ``i``."""
+    return int(pod_ref.rsplit("-", 1)[1])
+
+
+def job_of(ref: str) -> str:
+    """The job of a Workload ref (``Workload/trace/<job>``) or pod ref (``Pod/trace/<job>-<i>``)."""
+    name = ref.rsplit("/", 1)[1]
+    return name if ref.startswith("Workload/") else name.rsplit("-", 1)[0]
+
+
+def placement_of(placement: Mapping[str, str]) -> dict[int, str]:
+    """A decision's placement (pod ref -> node) by pod index."""
+    return {index_of(ref): node for ref, node in placement.items()}
+
+
+__all__ = ["JobObjects", "index_of", "job_of", "placement_of"]

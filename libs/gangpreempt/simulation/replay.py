@@ -1,0 +1,520 @@
+"""The replay: a discrete-event simulation, in virtual time, of a trace's jobs arriving,
+being admitted, preempted and finishing, under one preemption policy.
+
+Every decision is the core's, called as the services call it:
+
+- ``gangpreempt``: each cycle is the quota service's (``quotacycle.cycle_decisions`` on
+  the live ledger and node index, the plans in flight held in both); a Preempt is
+  confirmed as quota confirms it (``inflight.rejection`` and ``nodeconfirm``), checked by
+  the actuator's barrier (``barrier.stale_reason``) and only then actuated; the victims
+  terminate for the termination delay, and once they are gone the plan ends and the
+  preemptor is admitted by the next cycle, at the room its plan held.
+- ``gang-unconfirmed``: Kueue on quota alone (``cycle_decisions`` without the nodes):
+  victims chosen by quota are evicted at once, before any placement is known; a
+  workload whose quota is reserved waits for its pods to fit on the nodes as they are
+  (``NodePlanner.place_as_is``), holding its quota meanwhile.
+- ``pod-immediate``: no Kueue and no gangs: every pod is a lone pod, scheduled and
+  preempting on its own node (kube-scheduler's DefaultPreemption, ``NodePlanner``) as
+  soon as it is unschedulable, nominated there while its victims terminate. A job runs
+  once all its pods are bound; one of its pods evicted ends the job (its other pods are
+  deleted with it: the gang is broken) and it starts again from its last checkpoint.
+- ``no-preemption``: as ``gangpreempt``, with the ClusterQueues' preemption off and no
+  Preempt acted on.
+- ``optimal-victims``: as ``gangpreempt``, but each plan's victims are replaced by the set
+  of least lost work that makes room as the cluster is when it is actuated
+  (``optimum.solve``, exact, so slow: for small windows), placed where the solver puts
+  the pods.
+
+The cycle runs at most every ``cycle_s`` of virtual time, after the events (arrivals,
+completions, victims gone) up to it. A job's work is saved every
+``checkpoint_interval_s`` of its run; an evicted job keeps the work up to its last
+checkpoint and loses the rest (``outcomes``). Nothing here does I/O: the log of records
+is the result."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+
+import msgspec
+
+from gangpreempt.errors import InvalidInput
+from gangpreempt.manifests import load
+from gangpreempt.model import kinds
+from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import Pod
+from gangpreempt.planning.barrier import PlannedObject, live_object, stale_reason
+from gangpreempt.planning.deciding import Evaluation
+from gangpreempt.planning.decisions import ADMIT, PREEMPT, Decision, Victim
+from gangpreempt.planning.inflight import PlanInFlight, rejection
+from gangpreempt.planning.nodeconfirm import NodeVictim, victim_rejection
+from gangpreempt.planning.nodeindex import NodeIndex
+from gangpreempt.planning.nodeplan import NodePlanner
+from gangpreempt.planning.quotacycle import cycle_decisions
+from gangpreempt.quota.ledger import Ledger
+from gangpreempt.quota.snapshot import Snapshot
+from gangpreempt.quota.tree import cq_available
+from gangpreempt.simulation.jobstate import JobObjects, index_of, job_of, placement_of
+from gangpreempt.simulation.optimum import LOST_GPU_HOURS, Problem, solve
+from gangpreempt.simulation.outcomes import ARRIVED, EVICTED, FINISHED, GONE, STARTED, Record
+from gangpreempt.simulation.problems import PassView
+from gangpreempt.simulation.trace import Job
+from gangpreempt.simulation.world import FLAVOR, GPU, NAMESPACE, cluster_objects
+
+GANGPREEMPT = "gangpreempt"
+POD_IMMEDIATE = "pod-immediate"
+GANG_UNCONFIRMED = "gang-unconfirmed"
+NO_PREEMPTION = "no-preemption"
+OPTIMAL_VICTIMS = "optimal-victims"
+POLICIES = (GANGPREEMPT, POD_IMMEDIATE, GANG_UNCONFIRMED, NO_PREEMPTION, OPTIMAL_VICTIMS)
+
+# event kinds, in the order they are taken at the same instant
+_GONE, _FINISH, _ARRIVE = 0, 1, 2
+
+
+class Settings(msgspec.Struct, frozen=True):
+    nodes: int
+    gpus_per_node: int
+    quotas: dict[str, int]
+    origin: datetime  # virtual time 0
+    checkpoint_interval_s: float = 1800.0
+    termination_delay_s: float = 30.0
+    cycle_s: float = 10.0
+    victim_cost: str = ""  # "" (Kueue's order) or "lost-gpu-hours" (gangpreempt's opt-in)
+
+
+class Stats(msgspec.Struct):
+    cycles: int = 0
+    decisions: int = 0  # decisions the core made (admission pass and node planner)
+    preemptions: int = 0  # plans actuated (or pods preempting, pod-immediate)
+    rejected: int = 0  # plans the confirmation or the barrier refused
+    seconds: float = 0.0  # wall-clock time of the run
+    end_s: float = 0.0  # virtual time of the last event
+
+
+class Replay:
+    """One policy's replay of ``jobs`` (arrival order) on the cluster of ``settings``."""
+
+    def __init__(self, policy: str, jobs: Sequence[Job], settings: Settings) -> None:
+        if policy not in POLICIES:
+            raise InvalidInput(f"--policy {policy!r}: expected one of {', '.join(POLICIES)}")
+        self.policy = policy
+        self.settings = settings
+        self.kueue = policy != POD_IMMEDIATE
+        objects = cluster_objects(
+            settings.quotas if self.kueue else {},
+            settings.nodes,
+            settings.gpus_per_node,
+            preemption=policy != NO_PREEMPTION,
+        )
+        self.state: ClusterState = load([], objects, "replay").state
+        self.origin = settings.origin
+        self.now = settings.origin
+        self.ledger = Ledger(self.state, self.now) if self.kueue else None
+        self.index = NodeIndex(self.state)
+        self.index.build(self.now)
+        self.jobs = {j.job_id: j for j in jobs}
+        self.objects: dict[str, JobObjects] = {}
+        self.remaining: dict[str, float] = {}  # work left, seconds
+        self.running_since: dict[str, float] = {}  # started jobs: since when
+        self.evicting: set[str] = set()  # jobs whose evicted pods are terminating
+        self.broken: set[str] = set()  # pod-immediate: jobs whose gang was broken
+        self.reserved: list[str] = []  # gang-unconfirmed: quota reserved, pods waiting
+        self.flights: dict[str, _Flight] = {}  # preemptor job -> its plan in flight
+        self.victim_of: dict[str, str] = {}  # victim job -> preemptor job
+        self.log: list[Record] = []
+        self.stats = Stats()
+        self.decisions_seen: list[tuple[float, list[Decision]]] | None = None  # for tests
+        # gangpreempt's Preempt decisions as victim-selection problems, with its victims
+        self.problems: list[tuple[Problem, tuple[str, ...]]] | None = (
+            [] if policy == GANGPREEMPT else None
+        )
+        self._heap: list[tuple[float, int, int, str, int]] = []
+        self._seq = 0
+        self._plans = 0
+        for j in jobs:
+            self._push(float(j.submit_s), _ARRIVE, j.job_id, 0)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self, progress: Callable[[float], None] | None = None) -> list[Record]:
+        started = time.perf_counter()
+        cycle = self.settings.cycle_s
+        last_report = 0
+        while self._heap:
+            first = self._heap[0][0]
+            slot = math.ceil(first / cycle) * cycle if cycle > 0 else first
+            while self._heap and self._heap[0][0] <= slot:
+                at, kind, _seq, job, incarnation = heapq.heappop(self._heap)
+                self._take(at, kind, job, incarnation)
+            self.now = self.origin + timedelta(seconds=slot)
+            self._cycle(slot)
+            self.stats.cycles += 1
+            self.stats.end_s = slot
+            if progress is not None and self.stats.cycles - last_report >= 50:
+                last_report = self.stats.cycles
+                progress(slot)
+        self.stats.seconds = time.perf_counter() - started
+        if progress is not None:
+            progress(self.stats.end_s)
+        return self.log
+
+    def _push(self, at: float, kind: int, job: str, incarnation: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (at, kind, self._seq, job, incarnation))
+
+    def _take(self, at: float, kind: int, job: str, incarnation: int) -> None:
+        self.now = self.origin + timedelta(seconds=at)
+        if kind == _ARRIVE:
+            self._arrive(at, self.jobs[job])
+        elif kind == _FINISH:
+            objs = self.objects.get(job)
+            if objs is not None and objs.incarnation == incarnation and job in self.running_since:
+                self._finish(at, job)
+        elif kind == _GONE:
+            objs = self.objects.get(job)
+            if objs is not None and objs.incarnation == incarnation:
+                self._gone(at, job)
+
+    # -- state changes -------------------------------------------------------------------------
+    def _put(self, kind: str, new: object) -> None:
+        old = kinds.get(self.state, kind, kinds.key_of(new))
+        kinds.put(self.state, new)
+        self._changed(kind, old, new)
+
+    def _remove(self, kind: str, key: str) -> None:
+        old = kinds.remove(self.state, kind, key)
+        if old is not None:
+            self._changed(kind, old, None)
+
+    def _changed(self, kind: str, old: object, new: object) -> None:
+        if self.ledger is not None:
+            self.ledger.changed(kind, old, new)
+        self.index.changed(kind, old, new)
+
+    def _arrive(self, at: float, job: Job) -> None:
+        interval = int(self.settings.checkpoint_interval_s) or None
+        objs = JobObjects(job, self.now, self.kueue, interval)
+        self.objects[job.job_id] = objs
+        self.remaining[job.job_id] = float(job.duration_s)
+        if objs.workload is not None:
+            self._put("Workload", objs.workload)
+        for pod in objs.pods:
+            self._put("Pod", pod)
+        self.log.append(Record(at, ARRIVED, job.job_id, priority=job.priority))
+
+    def _start(self, at: float, job: str) -> None:
+        self.running_since[job] = at
+        self.log.append(Record(at, STARTED, job, gpus=self.jobs[job].gpus))
+        objs = self.objects[job]
+        self._push(at + self.remaining[job], _FINISH, job, objs.incarnation)
+
+    def _finish(self, at: float, job: str) -> None:
+        self.running_since.pop(job, None)
+        objs = self.objects.pop(job)
+        self.log.append(Record(at, FINISHED, job))
+        if objs.workload is not None:
+            self._remove("Workload", objs.workload.key)
+        for pod in objs.pods:
+            self._remove("Pod", pod.key)
+
+    def _admit(self, at: float, job: str, placement: dict[int, str]) -> None:
+        """Kueue admitted the job: its Workload, and its pods bound at ``placement``
+        (none under ``gang-unconfirmed``: they wait for room)."""
+        objs = self.objects[job]
+        self._put("Workload", objs.admitted(self.now))
+        if placement:
+            self._bind(at, job, placement)
+        else:
+            self.reserved.append(job)
+
+    def _bind(self, at: float, job: str, placement: dict[int, str]) -> None:
+        objs = self.objects[job]
+        for i, node in sorted(placement.items()):
+            self._put("Pod", objs.bound(i, node, self.now))
+        if all(p.node_name for p in objs.pods) and job not in self.running_since:
+            self._start(at, job)
+
+    def _evict(self, at: float, job: str, preemptor: str, pods: Iterable[int]) -> None:
+        """``pods`` of the job evicted for ``preemptor``; a started gang loses every pod
+        (its other pods are deleted with it), a job not started only those."""
+        objs = self.objects[job]
+        evicted = sorted(set(pods))
+        self.log.append(
+            Record(
+                at,
+                EVICTED,
+                job,
+                gpus=sum(self.jobs[job].pods[i] for i in evicted),
+                preemptor=preemptor,
+                pods=len(evicted),
+                of_pods=len(objs.pods),
+            )
+        )
+        if job in self.running_since:
+            ran = at - self.running_since.pop(job)
+            interval = self.settings.checkpoint_interval_s
+            kept = ran - (ran % interval) if interval > 0 else 0.0
+            self.remaining[job] = max(0.0, self.remaining[job] - kept)
+            evicted = [i for i, p in enumerate(objs.pods) if p.node_name]  # the whole gang
+            self.broken.add(job)
+        if objs.workload is not None and objs.workload.holds_quota:
+            self._put("Workload", objs.evicting(self.now))
+        if job in self.reserved:
+            self.reserved.remove(job)
+        for i in evicted:
+            if objs.pods[i].node_name and not objs.pods[i].terminating:
+                self._put("Pod", objs.terminating(i))
+        self.evicting.add(job)
+        self.victim_of[job] = preemptor
+        incarnation = objs.incarnation
+        self._push(at + self.settings.termination_delay_s, _GONE, job, incarnation)
+
+    def _gone(self, at: float, job: str) -> None:
+        """The evicted pods have terminated: recreated unbound; the Workload requeued."""
+        objs = self.objects[job]
+        self.log.append(Record(at, GONE, job))
+        self.evicting.discard(job)
+        self.victim_of.pop(job, None)
+        for i, pod in enumerate(objs.pods):
+            if pod.terminating:
+                self._put("Pod", objs.recreated(i))
+        if objs.workload is not None and objs.workload.holds_quota:
+            self._put("Workload", objs.requeued())
+        self.broken.discard(job)
+
+    # -- the cycle -----------------------------------------------------------------------------
+    def _cycle(self, at: float) -> None:
+        if self.policy == POD_IMMEDIATE:
+            self._pod_cycle(at)
+        else:
+            self._kueue_cycle(at)
+
+    def _settle(self) -> frozenset[str]:
+        """Plans whose victims have all left end: their holds go (the quota service's
+        ``settle_flights``); their preemptors are evaluated first in the next pass."""
+        ended = set()
+        for preemptor, flight in list(self.flights.items()):
+            if all(v not in self.evicting for v in flight.victim_jobs):
+                self._end(preemptor)
+                ended.add(flight.plan.preemptor)
+        return frozenset(ended)
+
+    def _end(self, preemptor: str) -> None:
+        flight = self.flights.pop(preemptor)
+        assert self.ledger is not None
+        self.ledger.unhold(flight.plan.plan_id)
+
+    def _planner(self) -> NodePlanner:
+        planner = self.index.planner(self.now)
+        for flight in self.flights.values():
+            planner.hold(flight.placement, flight.victim_refs)
+        return planner
+
+    def _kueue_cycle(self, at: float) -> None:
+        assert self.ledger is not None
+        first = self._settle()
+        snapshot = self.ledger.current(self.now)
+        snapshot.victim_cost = self.settings.victim_cost
+        quota_only = self.policy == GANG_UNCONFIRMED
+        waiting = frozenset(f"{NAMESPACE}/{job}" for job in self.flights)
+        planner = None if quota_only else self._planner()
+        available: dict[str, int] = {}
+
+        def observe(ev: Evaluation, snap: Snapshot) -> None:
+            available[ev.pending.ref] = cq_available(ev.cq.node, (FLAVOR, GPU))
+
+        watch = observe if self.problems is not None else None
+        decisions = cycle_decisions(snapshot, waiting, planner, first, watch)
+        self.stats.decisions += len(decisions)
+        if self.decisions_seen is not None:
+            self.decisions_seen.append((at, decisions))
+        if self.problems is not None and any(d.outcome == PREEMPT for d in decisions):
+            view = self._view(snapshot)
+            for d in decisions:
+                if d.outcome == PREEMPT:
+                    ours = tuple(sorted(v.object for v in d.victims))
+                    self.problems.append((view.problem(d, available.get(d.preemptor)), ours))
+                view.apply(d)
+        preempting = []
+        for d in decisions:
+            job = job_of(d.preemptor)
+            if d.outcome == ADMIT:
+                self._admit(at, job, placement_of(d.placement))
+            elif d.outcome == PREEMPT and self.policy != NO_PREEMPTION:
+                preempting.append(d)
+        for d in preempting:
+            self._preempt(at, d)
+        if quota_only:
+            self._place_reserved(at)
+
+    def _view(self, snapshot: Snapshot) -> PassView:
+        """Room and quota now, with the plans in flight held (``problems``)."""
+        return PassView(
+            self.state,
+            self.settings.gpus_per_node,
+            [(f.placement, f.victim_refs) for f in self.flights.values()],
+            now_s=self.now.timestamp(),
+            running_since={j: self._at(t) for j, t in self.running_since.items()},
+            checkpoint_interval_s=self.settings.checkpoint_interval_s,
+            nominal=dict(self.settings.quotas),
+            usage={name: cq.node.usage.get((FLAVOR, GPU), 0) for name, cq in snapshot.cqs.items()},
+        )
+
+    def _at(self, replay_s: float) -> float:
+        """Replay seconds -> a POSIX timestamp."""
+        return self.origin.timestamp() + replay_s
+
+    def _optimal(self, d: Decision) -> Decision:
+        """optimal-victims: the victims of least lost work that make room as the cluster
+        is now (placed where the solver puts the pods), or the core's when none."""
+        assert self.ledger is not None
+        problem = self._view(self.ledger.current(self.now)).problem(d)
+        solution = solve(problem, LOST_GPU_HOURS)
+        if solution is None:
+            return d
+        pods = sorted(d.placement)
+        victims = [
+            Victim(ref, "LeastLostWork", pods=sorted(p.ref for p in self._kueue_pods(ref)))
+            for ref in solution.victims
+        ]
+        placement = {pods[i]: node for i, node in solution.placement.items()}
+        return msgspec.structs.replace(d, victims=victims, placement=placement)
+
+    def _kueue_pods(self, ref: str) -> list[Pod]:
+        objs = self.objects.get(job_of(ref))
+        return list(objs.pods) if objs is not None else []
+
+    def _preempt(self, at: float, d: Decision) -> None:
+        """Confirm the plan as quota does, check it as the actuator does, then evict."""
+        assert self.ledger is not None
+        if self.policy == OPTIMAL_VICTIMS:
+            d = self._optimal(d)
+        job = job_of(d.preemptor)
+        self._plans += 1
+        plan = PlanInFlight(
+            plan_id=f"plan-{self._plans}",
+            preemptor=f"{NAMESPACE}/{job}",
+            cluster_queue=d.queue.removeprefix("ClusterQueue/"),
+            flavors=d.flavors,
+            victims=tuple(
+                v.object.split("/", 1)[1] for v in d.victims if v.object.startswith("Workload/")
+            ),
+        )
+        wl = self.state.workloads[plan.preemptor]
+        uids = {
+            v.split("/", 1)[1]: self.state.workloads[v.split("/", 1)[1]].uid
+            for v in (x.object for x in d.victims)
+            if v.startswith("Workload/") and v.split("/", 1)[1] in self.state.workloads
+        }
+        claimed = {v: f.plan.plan_id for f in self.flights.values() for v in f.victim_refs}
+        reason = rejection(
+            self.ledger.current(self.now), plan, wl.uid, uids, self.ledger.held_victims
+        )
+        if reason is None and d.placement:
+            node_victims = [NodeVictim(v.object, "", tuple(v.pods)) for v in d.victims if v.pods]
+            reason = victim_rejection(self.state, plan.plan_id, node_victims, claimed)
+        if reason is None:
+            planned = [_planned(self.state, v.object, v.pods) for v in d.victims]
+            live = {
+                ref: live_object(ref, self.state)
+                for ref in {d.preemptor, *(v.object for v in d.victims)}
+                | {p for v in d.victims for p in v.pods}
+            }
+            reason = stale_reason(PlannedObject(d.preemptor, wl.uid, ""), planned, live)
+        if reason is not None:
+            self.stats.rejected += 1
+            return
+        self.ledger.hold(plan)
+        victim_jobs = sorted({job_of(v.object) for v in d.victims})
+        self.flights[job] = _Flight(
+            plan, dict(d.placement), [v.object for v in d.victims], victim_jobs
+        )
+        self.stats.preemptions += 1
+        for victim in victim_jobs:
+            objs = self.objects[victim]
+            self._evict(at, victim, job, range(len(objs.pods)))
+
+    def _place_reserved(self, at: float) -> None:
+        """gang-unconfirmed: workloads holding quota place their pods where they fit as
+        the nodes are, in the order they were admitted."""
+        if not self.reserved:
+            return
+        planner = self.index.planner(self.now)
+        for job in list(self.reserved):
+            placement = planner.place_as_is(f"{NAMESPACE}/{job}")
+            if placement is not None:
+                self.reserved.remove(job)
+                self._bind(at, job, placement_of(placement))
+
+    def _pod_cycle(self, at: float) -> None:
+        """pod-immediate: every pending pod in kube-scheduler's queue order, each decided
+        on its own and bound or preempting at once."""
+        planner = self.index.planner(self.now)
+        pending = planner.pending()
+        self.stats.decisions += len(pending)
+        decided = []
+        for pre in pending:
+            d = planner.decide(pre)
+            planner.commit(pre, d)
+            decided.append(d)
+        if self.decisions_seen is not None:
+            self.decisions_seen.append((at, decided))
+        for d in decided:
+            ref = d.preemptor
+            job = job_of(ref)
+            if job not in self.objects:
+                continue  # its gang broke earlier in this cycle and is gone
+            objs = self.objects[job]
+            i = index_of(ref)
+            if objs.pods[i].node_name:
+                continue  # bound already
+            if d.outcome == ADMIT:
+                self._bind(at, job, {i: d.placement[ref]})
+            elif d.outcome == PREEMPT:
+                self.stats.preemptions += 1
+                node = d.placement.get(ref, "")
+                if node:
+                    self._put("Pod", objs.nominated(i, node))
+                by_job: dict[str, list[int]] = {}
+                for v in d.victims:
+                    by_job.setdefault(job_of(v.object), []).append(index_of(v.object))
+                for victim, pods in sorted(by_job.items()):
+                    victim_objs = self.objects.get(victim)
+                    if victim_objs is None or all(
+                        victim_objs.pods[p].terminating or not victim_objs.pods[p].node_name
+                        for p in pods
+                    ):
+                        continue
+                    self._evict(at, victim, job, pods)
+
+
+class _Flight(msgspec.Struct):
+    plan: PlanInFlight
+    placement: dict[str, str]
+    victim_refs: list[str]
+    victim_jobs: list[str]
+
+
+def _planned(state: ClusterState, ref: str, pods: Sequence[str]) -> PlannedObject:
+    """A victim as the plan names it: the incarnation the decision saw."""
+    live = live_object(ref, state)
+    uids = tuple(
+        state.pods[p.split("/", 1)[1]].uid for p in pods if p.split("/", 1)[1] in state.pods
+    )
+    return PlannedObject(ref, live.uid, live.resource_version, tuple(pods), uids)
+
+
+__all__ = [
+    "GANGPREEMPT",
+    "GANG_UNCONFIRMED",
+    "NO_PREEMPTION",
+    "OPTIMAL_VICTIMS",
+    "POD_IMMEDIATE",
+    "POLICIES",
+    "Replay",
+    "Settings",
+    "Stats",
+]

@@ -1,0 +1,108 @@
+"""What ``simulate``'s options become: durations, the trace's known origin, the cluster
+sized from the load, quotas from a Kueue YAML."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from gangpreempt.errors import InvalidInput
+from gangpreempt.simulation.inputs import (
+    HEADROOM,
+    KNOWN_ORIGINS,
+    known_origin,
+    parse_duration,
+    queues_from_yaml,
+    replay_input,
+)
+from gangpreempt.simulation.trace import TraceJob
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("30m", 1800), ("30s", 30), ("1h", 3600), ("1.5d", 129600), ("45", 45)]
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration("--x", text) == seconds
+
+
+def test_a_bad_duration_names_the_option() -> None:
+    with pytest.raises(InvalidInput, match="--termination-delay '3 parsecs'"):
+        parse_duration("--termination-delay", "3 parsecs")
+
+
+def test_the_origin_is_known_by_content(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_bytes(b"job_id,submit_time_s\n")
+    assert known_origin(str(trace)) is None
+    digest = hashlib.sha256(trace.read_bytes()).hexdigest()
+    KNOWN_ORIGINS[digest] = "2017-01-02T03:04:05"
+    try:
+        assert known_origin(str(trace)) == "2017-01-02T03:04:05"
+    finally:
+        del KNOWN_ORIGINS[digest]
+
+
+def jobs(*rows: tuple[int, int, int, str]) -> list[TraceJob]:
+    return [TraceJob(f"j{i}", s, d, g, None, q, None, "") for i, (s, d, g, q) in enumerate(rows)]
+
+
+def test_the_cluster_is_sized_from_the_windows_load() -> None:
+    trace = jobs((0, 1000, 8, "a"), (10, 1000, 8, "b"), (500, 500, 4, "a"), (5000, 10, 64, "b"))
+    made = replay_input(
+        trace,
+        "0:1000",
+        None,
+        nodes=None,
+        gpus_per_node=8,
+        quotas=None,
+        priority="two-class",
+        seed=1,
+        checkpoint_interval_s=1800,
+        termination_delay_s=30,
+        cycle_s=10,
+    )
+    load = (8 * 1000 + 8 * 1000 + 4 * 500) / 1000
+    assert made.offered_gpus == load
+    assert made.settings.nodes == math.ceil(HEADROOM * load / 8)
+    assert [j.job_id for j in made.jobs] == ["j0", "j1", "j2"]
+    assert sum(made.settings.quotas.values()) == made.settings.nodes * 8
+    later = replay_input(
+        trace,
+        "10:6000",
+        None,
+        nodes=None,
+        gpus_per_node=8,
+        quotas=None,
+        priority="two-class",
+        seed=1,
+        checkpoint_interval_s=1800,
+        termination_delay_s=30,
+        cycle_s=10,
+    )
+    assert later.settings.nodes >= 8  # room for the widest job, 64 GPUs
+    assert [j.submit_s for j in later.jobs] == [0, 490, 4990]  # from the window's start
+    assert later.settings.origin == datetime(2000, 1, 1, tzinfo=UTC).replace(second=10)
+
+
+def test_quotas_from_a_kueue_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "queues.yaml"
+    docs = []
+    for name, gpus in (("a", 24), ("b", 8)):
+        docs.append(
+            "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\n"
+            f"metadata: {{name: {name}}}\nspec:\n  namespaceSelector: {{}}\n"
+            "  resourceGroups:\n  - coveredResources: [nvidia.com/gpu]\n"
+            "    flavors:\n    - name: gpu\n"
+            f"      resources: [{{name: nvidia.com/gpu, nominalQuota: {gpus}}}]\n"
+        )
+    docs.append("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: gpu}\n")
+    path.write_text("---\n".join(docs))
+    assert queues_from_yaml(str(path), ["a", "b", "a"]) == {"a": 24, "b": 8}
+    with pytest.raises(InvalidInput, match="no ClusterQueue named 'c'"):
+        queues_from_yaml(str(path), ["a", "c"])
