@@ -42,6 +42,11 @@ def main() -> None:
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--policy", action="append", help="default: every policy of simulate")
     ap.add_argument("--optimum-sample", type=int, default=200)
+    ap.add_argument(
+        "--no-victim-cost",
+        action="store_true",
+        help="skip the extra run of gangpreempt with --victim-cost lost-gpu-hours",
+    )
     ap.add_argument("--out", default=str(HERE / "results" / "replay.json"))
     args = ap.parse_args()
     if not os.path.exists(args.trace):
@@ -66,6 +71,13 @@ def main() -> None:
     started = time.perf_counter()
     results = run_all(policies, replay, show_progress=True, optimum_sample=args.optimum_sample)
     wall = time.perf_counter() - started
+    labels = list(policies)
+    if not args.no_victim_cost and "gangpreempt" in policies:
+        costed = msgspec.structs.replace(
+            replay, settings=msgspec.structs.replace(replay.settings, victim_cost="lost-gpu-hours")
+        )
+        results += run_all(["gangpreempt"], costed, True, optimum_sample=args.optimum_sample)
+        labels.append("gangpreempt --victim-cost lost-gpu-hours")
     print(
         f"{len(replay.jobs)} jobs, {args.nodes} nodes x {args.gpus_per_node} GPUs, window "
         f"{args.window}; trace read and prepared in {prepared_s:.1f} s; all policies "
@@ -77,15 +89,16 @@ def main() -> None:
     )
     print(header)
     rows = []
-    for report, _series, optimality in results:
+    for label, (report, _series, optimality) in zip(labels, results, strict=True):
         o = report.outcomes
+        name = "gangpreempt+cost" if "victim-cost" in label else label
         print(
-            f"{report.policy:>18} {report.seconds:>8.1f} {report.peak_memory_mb:>8.0f} "
+            f"{name:>18} {report.seconds:>8.1f} {report.peak_memory_mb:>8.0f} "
             f"{report.decisions_per_s:>8.0f} {o.evictions:>6} {o.unnecessary_evictions:>6} "
             f"{o.partial_gang_evictions:>7} {o.thrash:>6} {o.lost_gpu_hours:>10.1f} "
             f"{report.utilization_mean * 100:>5.1f}%"
         )
-        row = msgspec.to_builtins(report)
+        row = {"label": label, **msgspec.to_builtins(report)}
         if optimality is not None:
             row["optimum"] = msgspec.to_builtins(optimality)
             for f in optimality.objectives:

@@ -127,3 +127,17 @@ def test_utilization_counts_a_victim_busy_until_it_is_gone() -> None:
     ]
     # 16 GPUs; buckets of 100 s: v busy 0-75 (8 GPUs), p busy 100-200 (16 GPUs)
     assert utilization(log, 16, 100) == [pytest.approx(75 * 8 / 1600), 1.0, 0.0]
+
+
+def test_a_victim_started_again_at_the_instant_it_is_gone_is_busy_once() -> None:
+    """Records of one instant are taken in the order logged: gone, then started again."""
+    log = [
+        Record(0, STARTED, "v", gpus=8),
+        Record(50, EVICTED, "v", gpus=8, preemptor="p", pods=1, of_pods=1),
+        Record(100, GONE, "v"),
+        Record(100, STARTED, "v", gpus=8),
+        Record(200, FINISHED, "v"),
+        Record(300, FINISHED, "other"),
+    ]
+    assert utilization(log, 8, 100) == [1.0, 1.0, 0.0, 0.0]
+    assert outcomes(log, CYCLE, CHECKPOINT).jobs_finished == 0  # no arrival logged

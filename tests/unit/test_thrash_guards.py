@@ -1,7 +1,8 @@
 """The rules that keep a preemption from being undone at once (found by the trace
 replay): a preemptor whose victims have left is admitted before any other head; a
 workload preempted less than an hour ago is no candidate; and a Workload of another
-ClusterQueue within its nominal quota is no victim for room on the nodes."""
+ClusterQueue within its nominal quota is no victim for room on the nodes; and what a
+victim leaves over stays taken until it has terminated."""
 
 from __future__ import annotations
 
@@ -94,3 +95,20 @@ def test_a_preemptor_whose_victims_left_comes_before_every_head(first: frozenset
     admitted = "Workload/trace/old" if first else "Workload/trace/new"
     assert decisions[admitted] == "Admit"
     assert [p for p, o in decisions.items() if o == "Admit"] == [admitted]
+
+
+def test_nothing_is_placed_where_a_victim_still_runs() -> None:
+    """One 8-GPU node held by a low-priority 8-GPU job of queue q; a 4-GPU job of q (quota
+    to spare) preempts it for room, and a 4-GPU job of queue r comes next in the pass. The
+    victim's other 4 GPUs are not free until it has terminated: the second job waits,
+    instead of being bound onto a node that is still full."""
+    objects = cluster_objects({"q": 12, "r": 4}, nodes=1, gpus_per_node=8)
+    objects += running(Job("low", 0, 9999, "q", 100, (8,)), {0: "node-0000"})
+    objects += job_objects(Job("h1", 1, 60, "q", 1000, (4,)), NOW)
+    objects += job_objects(Job("h2", 2, 60, "r", 1000, (4,)), NOW + timedelta(seconds=1))
+    decisions = {d.preemptor: d for d in plan(state_of(objects), NOW).decisions}
+    first, second = decisions["Workload/trace/h1"], decisions["Workload/trace/h2"]
+    assert (first.outcome, [v.object for v in first.victims]) == ("Preempt", ["Workload/trace/low"])
+    assert first.placement == {"Pod/trace/h1-0": "node-0000"}
+    assert second.outcome == "Pending"
+    assert second.placement == {}

@@ -677,20 +677,28 @@ class NodePlanner:
 
     def hold(self, placement: dict[str, str], victims: Iterable[str]) -> None:
         """A plan in flight (or decided earlier in a pass): its victims are promised to
-        it and leave their nodes, its pods still pending take their room in the
-        placement (and no longer hold a nominated node elsewhere)."""
+        it, its pods still pending take their room in the placement (and no longer hold
+        a nominated node elsewhere). The victims' room goes to those pods only: what they
+        leave over stays taken until they are gone (they terminate first), so nothing
+        else is placed where a terminating victim still runs."""
+        freed: dict[str, dict[str, int]] = {}
         for ref in victims:
             if ref in self.promised:
                 continue
             self.promised.add(ref)
             unit = self.table.units.get(ref)
             for name, taken in self.table.nodes_of.get(ref, []) if unit is not None else []:
-                self.cluster.use(name, taken, -1)
+                add_into(freed.setdefault(name, {}), taken)
+        placed: dict[str, dict[str, int]] = {}
         for ref, node in placement.items():
             pod = self.state.pods.get(ref.removeprefix("Pod/"))
             if pod is not None and pod.pending and node in self.cluster.by_name:
-                self.cluster.use(node, self.cluster.demand(pod))
+                add_into(placed.setdefault(node, {}), self.cluster.demand(pod))
                 self.cluster.nominated.pop(pod.key, None)
+        for node, demand in placed.items():
+            room = freed.get(node, {})
+            beyond = {r: v - min(v, room.get(r, 0)) for r, v in demand.items()}
+            self.cluster.use(node, {r: v for r, v in beyond.items() if v})
 
     def commit(self, pre: Preemptor, decision: Decision) -> None:
         """Later preemptors see this one's pods on their nodes and its victims gone (a

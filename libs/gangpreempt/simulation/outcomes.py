@@ -1,6 +1,7 @@
 """What a replay cost, from its log: the measures every preemption policy is compared on.
 
-A replay writes one ``Record`` per thing that happened to a job, in time order:
+A replay writes one ``Record`` per thing that happened to a job, in time order (the
+records of one instant in the order they happened):
 ``arrived``; ``started`` (its pods bound, ``gpus`` of them busy); ``evicted`` (as a
 victim of ``preemptor``: ``pods`` of its ``of_pods`` pods evicted); ``gone`` (the
 victim's pods have terminated, its GPUs are free); ``finished``. From it:
@@ -86,7 +87,7 @@ def outcomes(
     checkpoint_interval_s: float,
     thrash_window_s: float = 3600.0,
 ) -> Outcomes:
-    records = sorted(log, key=lambda r: (r.at, KINDS.index(r.kind)))
+    records = sorted(log, key=lambda r: r.at)  # stable: same instant, in the order logged
     for r in records:
         if r.kind not in KINDS:
             raise ValueError(f"record of {r.job} at {r.at}: unknown kind {r.kind!r}")
@@ -174,7 +175,7 @@ def utilization(log: Iterable[Record], capacity_gpus: int, bucket_s: float) -> l
     """The share of the GPUs busy in each bucket of the replay (time-weighted)."""
     if capacity_gpus <= 0 or bucket_s <= 0:
         raise ValueError("capacity and bucket must be positive")
-    records = sorted(log, key=lambda r: (r.at, KINDS.index(r.kind)))
+    records = sorted(log, key=lambda r: r.at)  # stable: same instant, in the order logged
     if not records:
         return []
     end = records[-1].at

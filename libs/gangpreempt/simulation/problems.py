@@ -63,17 +63,23 @@ class PassView:
         return pod.requests.get(GPU, 0) if pod is not None else 0
 
     def _take(self, placement: Mapping[str, str], victims: Iterable[str]) -> None:
+        """A plan's room, as ``NodePlanner.hold`` takes it: its victims' room goes to its
+        own pods only; what they leave over stays taken until they are gone."""
+        freed: dict[str, int] = {}
         for ref in victims:
             if ref in self.promised:
                 continue
             self.promised.add(ref)
             for pod in self._pods_of(ref):
                 if pod.running and pod.node_name in self.used:
-                    self.used[pod.node_name] -= pod.requests.get(GPU, 0)
+                    freed[pod.node_name] = freed.get(pod.node_name, 0) + pod.requests.get(GPU, 0)
+        placed: dict[str, int] = {}
         for ref, node in placement.items():
-            placed = self.state.pods.get(ref.removeprefix("Pod/"))
-            if placed is not None and placed.pending and node in self.used:
-                self.used[node] += placed.requests.get(GPU, 0)
+            mine = self.state.pods.get(ref.removeprefix("Pod/"))
+            if mine is not None and mine.pending and node in self.used:
+                placed[node] = placed.get(node, 0) + mine.requests.get(GPU, 0)
+        for node, gpus in placed.items():
+            self.used[node] += gpus - min(gpus, freed.get(node, 0))
 
     def _pods_of(self, ref: str) -> list[Pod]:
         return self.pods_by_workload.get(ref.removeprefix("Workload/"), [])
