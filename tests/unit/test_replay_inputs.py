@@ -14,6 +14,7 @@ from gangpreempt.errors import InvalidInput
 from gangpreempt.simulation.inputs import (
     HEADROOM,
     KNOWN_ORIGINS,
+    ReplayInput,
     known_origin,
     parse_duration,
     queues_from_yaml,
@@ -52,11 +53,10 @@ def jobs(*rows: tuple[int, int, int, str]) -> list[TraceJob]:
     return [TraceJob(f"j{i}", s, d, g, None, q, None, "") for i, (s, d, g, q) in enumerate(rows)]
 
 
-def test_the_cluster_is_sized_from_the_windows_load() -> None:
-    trace = jobs((0, 1000, 8, "a"), (10, 1000, 8, "b"), (500, 500, 4, "a"), (5000, 10, 64, "b"))
-    made = replay_input(
+def sized(trace: list[TraceJob], window: str) -> ReplayInput:
+    return replay_input(
         trace,
-        "0:1000",
+        window,
         None,
         nodes=None,
         gpus_per_node=8,
@@ -67,24 +67,17 @@ def test_the_cluster_is_sized_from_the_windows_load() -> None:
         termination_delay_s=30,
         cycle_s=10,
     )
+
+
+def test_the_cluster_is_sized_from_the_windows_load() -> None:
+    trace = jobs((0, 1000, 8, "a"), (10, 1000, 8, "b"), (500, 500, 4, "a"), (5000, 10, 64, "b"))
+    made = sized(trace, "0:1000")
     load = (8 * 1000 + 8 * 1000 + 4 * 500) / 1000
     assert made.offered_gpus == load
     assert made.settings.nodes == math.ceil(HEADROOM * load / 8)
     assert [j.job_id for j in made.jobs] == ["j0", "j1", "j2"]
     assert sum(made.settings.quotas.values()) == made.settings.nodes * 8
-    later = replay_input(
-        trace,
-        "10:6000",
-        None,
-        nodes=None,
-        gpus_per_node=8,
-        quotas=None,
-        priority="two-class",
-        seed=1,
-        checkpoint_interval_s=1800,
-        termination_delay_s=30,
-        cycle_s=10,
-    )
+    later = sized(trace, "10:6000")
     assert later.settings.nodes >= 8  # room for the widest job, 64 GPUs
     assert [j.submit_s for j in later.jobs] == [0, 490, 4990]  # from the window's start
     assert later.settings.origin == datetime(2000, 1, 1, tzinfo=UTC).replace(second=10)

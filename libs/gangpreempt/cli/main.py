@@ -78,6 +78,22 @@ def _deciding_options(f: Any) -> Any:
     return f
 
 
+victim_cost_option = click.option(
+    "--victim-cost",
+    type=click.Choice(["kueue-order", "lost-gpu-hours"]),
+    default="kueue-order",
+    show_default=True,
+    help="Kueue's candidates of one priority: in Kueue's order, or least lost work first "
+    "(GPUs x time since the last checkpoint: the gangpreempt.io/last-checkpoint or "
+    "checkpoint-interval-seconds annotation, else the whole run).",
+)
+
+
+def core_victim_cost(choice: str) -> str:
+    """``--victim-cost`` as the core names it ("" for Kueue's order)."""
+    return "" if choice == "kueue-order" else choice
+
+
 _DECIDING = [
     click.option("--now", metavar="RFC3339", help="Fix the clock (default: the current time)."),
     click.option(
@@ -148,15 +164,7 @@ def cli() -> None:
     help="Evaluate this pending object alone, as the head of its queue.",
 )
 @_deciding_options
-@click.option(
-    "--victim-cost",
-    type=click.Choice(["kueue-order", "lost-gpu-hours"]),
-    default="kueue-order",
-    show_default=True,
-    help="Kueue's candidates of one priority: in Kueue's order, or least lost work first "
-    "(GPUs x time since the last checkpoint: the gangpreempt.io/last-checkpoint or "
-    "checkpoint-interval-seconds annotation, else the whole run).",
-)
+@victim_cost_option
 def plan(
     paths: tuple[str, ...],
     workload: str | None,
@@ -186,7 +194,7 @@ def plan(
                 workload,
                 priority_search=priority_search,
                 rescheduling=gang_reprieve == "rescheduling",
-                victim_cost="" if victim_cost == "kueue-order" else victim_cost,
+                victim_cost=core_victim_cost(victim_cost),
             )
     except InvalidInput as exc:
         click.echo(f"error: {exc}", err=True)

@@ -15,6 +15,7 @@ from typing import Any
 import click
 import msgspec
 
+from gangpreempt.cli.main import core_victim_cost, victim_cost_option
 from gangpreempt.errors import EXIT_INVALID, InvalidInput
 from gangpreempt.simulation.inputs import (
     ReplayInput,
@@ -255,14 +256,7 @@ def _human(seconds: float) -> str:
 @click.option(
     "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
-@click.option(
-    "--victim-cost",
-    type=click.Choice(["kueue-order", "lost-gpu-hours"]),
-    default="kueue-order",
-    show_default=True,
-    help="gangpreempt's victims of one priority: in Kueue's order, or least lost work "
-    "first (each job's checkpoint interval is said on its Workload).",
-)
+@victim_cost_option
 @click.option("--plots", "plots_dir", metavar="DIR", help="Write PNG plots into DIR.")
 @click.option(
     "--optimum-sample",
@@ -310,7 +304,7 @@ def simulate_command(
             checkpoint_interval_s=parse_duration("--checkpoint-interval", checkpoint_interval),
             termination_delay_s=parse_duration("--termination-delay", termination_delay),
             cycle_s=parse_duration("--cycle", cycle),
-            victim_cost="" if victim_cost == "kueue-order" else victim_cost,
+            victim_cost=core_victim_cost(victim_cost),
         )
         if quotas is not None:
             missing = sorted({j.queue for j in replay.jobs} - set(quotas))
