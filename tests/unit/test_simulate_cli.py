@@ -15,13 +15,14 @@ pytestmark = pytest.mark.unit
 TRACE = str(Path(__file__).parent.parent / "data" / "replay" / "small.csv")
 
 
-def simulate(*args: str) -> subprocess.CompletedProcess[str]:
+def simulate(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gangpreempt.cli", "simulate", "--trace", TRACE, *args],
         capture_output=True,
         text=True,
         timeout=300,
         env={**os.environ, "COLUMNS": "200"},
+        cwd=cwd,
     )
 
 
@@ -78,7 +79,9 @@ def test_json_has_every_policy_the_optimum_and_the_plots(tmp_path: Path) -> None
 
 
 def test_the_table_names_the_measures_and_the_sample() -> None:
-    out = simulate("--window", "0:3600", "--policy", "gangpreempt", "--optimum-sample", "5")
+    out = simulate(
+        "--window", "0:3600", "--policy", "gangpreempt", "--optimum-sample", "5", "--no-plots"
+    )
     assert out.returncode == 0, out.stderr
     for words in (
         "unnecessary evictions",
@@ -90,6 +93,22 @@ def test_the_table_names_the_measures_and_the_sample() -> None:
     ):
         assert words in out.stdout
     assert "sized from the load" in out.stdout
+
+
+def test_by_default_every_policy_and_the_plots_in_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    out = simulate("--window", "0:1800", "-o", "json", "--optimum-sample", "3", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    policies = [p["policy"] for p in json.loads(out.stdout)["policies"]]
+    assert policies == [
+        "gangpreempt",
+        "pod-immediate",
+        "gang-unconfirmed",
+        "no-preemption",
+        "optimal-victims",
+    ]
+    assert len(list((tmp_path / "gangpreempt-plots").glob("*.png"))) == 3
 
 
 @pytest.mark.parametrize(

@@ -25,12 +25,12 @@ from gangpreempt.simulation.inputs import (
     replay_input,
 )
 from gangpreempt.simulation.optimum import Optimality, measure
-from gangpreempt.simulation.replay import OPTIMAL_VICTIMS, POLICIES, Replay
+from gangpreempt.simulation.replay import POLICIES, Replay
 from gangpreempt.simulation.report import PolicyReport, Series, policy_report
 from gangpreempt.simulation.trace import PRIORITY_MODES, at, origin_of, read_trace
 
-# optimal-victims solves every decision exactly: asked for by name, on small windows
-DEFAULT_POLICIES = tuple(p for p in POLICIES if p != OPTIMAL_VICTIMS)
+DEFAULT_POLICIES = POLICIES
+DEFAULT_PLOTS = "gangpreempt-plots"
 
 
 class SimulationResult(msgspec.Struct, frozen=True):
@@ -251,13 +251,21 @@ def _human(seconds: float) -> str:
     "policies",
     multiple=True,
     type=click.Choice(POLICIES),
-    help="A policy to replay (repeat it; default: every one but optimal-victims).",
+    help="A policy to replay (repeat it; default: every one).",
 )
 @click.option(
     "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
 @victim_cost_option
-@click.option("--plots", "plots_dir", metavar="DIR", help="Write PNG plots into DIR.")
+@click.option(
+    "--plots",
+    "plots_dir",
+    metavar="DIR",
+    default=DEFAULT_PLOTS,
+    show_default=True,
+    help="Write the PNG plots into DIR.",
+)
+@click.option("--no-plots", is_flag=True, help="Write no plots.")
 @click.option(
     "--optimum-sample",
     type=click.IntRange(0),
@@ -280,7 +288,8 @@ def simulate_command(
     policies: tuple[str, ...],
     output: str,
     victim_cost: str,
-    plots_dir: str | None,
+    plots_dir: str,
+    no_plots: bool,
     optimum_sample: int,
 ) -> None:
     """Replay a GPU-cluster job trace under each preemption policy, in virtual time, and
@@ -346,7 +355,7 @@ def simulate_command(
         policies=[r for r, _, _ in results],
         optimum=next((o for _, _, o in results if o is not None), None),
     )
-    if plots_dir:
+    if plots_dir and not no_plots:
         from gangpreempt.cli.plots import write_plots  # matplotlib: only when asked
 
         written = write_plots(plots_dir, {r.policy: d for r, d, _ in results})
