@@ -134,9 +134,10 @@ def _plan(
     reason = unavailable(snapshot, pending)
     if reason is not None:
         return Plan(now=rfc3339(now), decisions=_owned(state, [not_considered(pending, reason)]))
-    borrowing = borrowing_queues(snapshot)
+    on_nodes = bool(state.pods and state.nodes)
+    borrowing = borrowing_queues(snapshot) if on_nodes else frozenset()
     d = decision(evaluate(snapshot, pending))
-    if state.pods and state.nodes:
+    if on_nodes:
         planner = planner_for()
         planner.borrowing_queues = borrowing
         d = planner.compose(d)

@@ -109,9 +109,11 @@ class Classifier:
         self.ts = req.preemptor.queue_order_ts
         self.borrow_allowed, self.threshold = borrow_within_cohort(req.cq)
         self.now_ts = req.preemptor.now_ts
+        # preempted at or after this instant: within the re-preemption guard
+        self.guard_from = self.now_ts - REPREEMPTION_GUARD_S
 
     def satisfies_policy(self, aw: AdmittedWorkload, policy: str) -> bool:
-        if recently_preempted(aw.preempted_ts, self.now_ts):
+        if aw.preempted_ts >= self.guard_from:
             return False
         if policy == LOWER_PRIORITY:
             return aw.priority < self.priority

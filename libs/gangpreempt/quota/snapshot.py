@@ -39,12 +39,9 @@ class AdmittedWorkload:
     """A workload holding quota in a ClusterQueue, as the preemption search sees it."""
 
     __slots__ = (
-        "checkpoint_interval_s",
-        "checkpoint_ts",
         "cq",
         "evicting",
         "frs",
-        "gpus",
         "key",
         "order_key",
         "preempted_ts",
@@ -52,7 +49,6 @@ class AdmittedWorkload:
         "queue_order_ts",
         "ref",
         "reserved_ts",
-        "started_ts",
         "uid",
         "usage",
         "workload",
@@ -72,12 +68,6 @@ class AdmittedWorkload:
         self.uid = workload.uid or workload.key
         self.reserved_ts = _ts(workload.quota_reserved_at, now)
         self.queue_order_ts = _ts(workload.queue_order_time(), now)
-        self.started_ts = self.reserved_ts
-        self.checkpoint_ts = (
-            workload.last_checkpoint.timestamp() if workload.last_checkpoint is not None else None
-        )
-        self.checkpoint_interval_s = workload.checkpoint_interval_s
-        self.gpus = sum(v for (_flavor, res), v in usage.items() if res.endswith("gpu"))
         preempted = workload.condition(PREEMPTED)
         at = preempted.last_transition_time if preempted is not None else None
         self.preempted_ts = at.timestamp() if at is not None else float("-inf")
@@ -90,13 +80,15 @@ class AdmittedWorkload:
         ``now_ts``: its run since its last checkpoint (the ``last-checkpoint`` annotation,
         or every ``checkpoint-interval-seconds`` from its admission; its whole run when
         neither is known)."""
-        last = self.started_ts
-        if self.checkpoint_interval_s:
-            ran = max(0.0, now_ts - self.started_ts)
-            last = self.started_ts + ran - ran % self.checkpoint_interval_s
-        if self.checkpoint_ts is not None:
-            last = max(last, self.checkpoint_ts)
-        return max(0.0, now_ts - last) * max(1, self.gpus)
+        wl = self.workload
+        last = started = self.reserved_ts
+        if wl.checkpoint_interval_s:
+            ran = max(0.0, now_ts - started)
+            last = started + ran - ran % wl.checkpoint_interval_s
+        if wl.last_checkpoint is not None:
+            last = max(last, wl.last_checkpoint.timestamp())
+        gpus = sum(v for (_flavor, res), v in self.usage.items() if res.endswith("gpu"))
+        return max(0.0, now_ts - last) * max(1, gpus)
 
     def __repr__(self) -> str:
         return f"<AdmittedWorkload {self.ref} p={self.priority}>"
