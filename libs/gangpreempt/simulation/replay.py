@@ -121,10 +121,8 @@ class Replay:
         self.remaining: dict[str, float] = {}  # work left, seconds
         self.running_since: dict[str, float] = {}  # started jobs: since when
         self.evicting: set[str] = set()  # jobs whose evicted pods are terminating
-        self.broken: set[str] = set()  # pod-immediate: jobs whose gang was broken
         self.reserved: list[str] = []  # gang-unconfirmed: quota reserved, pods waiting
         self.flights: dict[str, _Flight] = {}  # preemptor job -> its plan in flight
-        self.victim_of: dict[str, str] = {}  # victim job -> preemptor job
         self.log: list[Record] = []
         self.stats = Stats()
         self.decisions_seen: list[tuple[float, list[Decision]]] | None = None  # for tests
@@ -259,7 +257,6 @@ class Replay:
             kept = ran - (ran % interval) if interval > 0 else 0.0
             self.remaining[job] = max(0.0, self.remaining[job] - kept)
             evicted = [i for i, p in enumerate(objs.pods) if p.node_name]  # the whole gang
-            self.broken.add(job)
         if objs.workload is not None and objs.workload.holds_quota:
             self._put("Workload", objs.evicting(self.now))
         if job in self.reserved:
@@ -268,7 +265,6 @@ class Replay:
             if objs.pods[i].node_name and not objs.pods[i].terminating:
                 self._put("Pod", objs.terminating(i))
         self.evicting.add(job)
-        self.victim_of[job] = preemptor
         incarnation = objs.incarnation
         self._push(at + self.settings.termination_delay_s, _GONE, job, incarnation)
 
@@ -277,13 +273,11 @@ class Replay:
         objs = self.objects[job]
         self.log.append(Record(at, GONE, job))
         self.evicting.discard(job)
-        self.victim_of.pop(job, None)
         for i, pod in enumerate(objs.pods):
             if pod.terminating:
                 self._put("Pod", objs.recreated(i))
         if objs.workload is not None and objs.workload.holds_quota:
             self._put("Workload", objs.requeued())
-        self.broken.discard(job)
 
     # -- the cycle -----------------------------------------------------------------------------
     def _cycle(self, at: float) -> None:
