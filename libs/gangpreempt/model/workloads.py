@@ -123,6 +123,14 @@ class Workload(msgspec.Struct, frozen=True):
         return not self.holds_quota and not self.condition_true(FINISHED) and self.active
 
     @property
+    def preempted_ts(self) -> float:
+        """When its ``Preempted`` condition last changed (preempted, or admitted again
+        after a preemption), as a POSIX timestamp; -inf when it has none."""
+        mark = self.condition(PREEMPTED)
+        at = mark.last_transition_time if mark is not None else None
+        return at.timestamp() if at is not None else float("-inf")
+
+    @property
     def is_evicting(self) -> bool:
         return self.condition_true(EVICTED)
 

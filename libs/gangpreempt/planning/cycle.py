@@ -125,9 +125,7 @@ class AdmissionPass:
         # and room they preempted for are theirs, whatever arrived in their queue since.
         for ev in sorted((evaluate(snap, p) for p in firsts), key=Evaluation.order):
             self._process(ev, head=False)
-        for cq, usage in self.held:
-            self.snapshot.give_usage(cq.node, usage)
-        self.held.clear()
+        self._give_back_held()
 
         while True:
             heads = []
@@ -148,15 +146,19 @@ class AdmissionPass:
             )
             for ev in ordered:
                 self._process(ev)
-            for cq, usage in self.held:
-                self.snapshot.give_usage(cq.node, usage)
-            self.held.clear()
+            self._give_back_held()
 
         for q in self.queues.values():
             for pending in q.members[q.next :]:
                 if pending.key not in self.waiting:
                     self.decisions.append(not_considered(pending, q.blocked or "not reached"))
         return self.decisions
+
+    def _give_back_held(self) -> None:
+        """The capacity held back this cycle goes back (a fresh snapshot each cycle)."""
+        for cq, usage in self.held:
+            self.snapshot.give_usage(cq.node, usage)
+        self.held.clear()
 
     # -- one entry -----------------------------------------------------------------
     def _process(self, ev: Evaluation, head: bool = True) -> None:

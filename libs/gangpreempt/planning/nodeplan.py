@@ -12,7 +12,6 @@ import msgspec
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import CAN_PREEMPT_LABEL, NEVER, Pod, PodGroup
-from gangpreempt.model.workloads import PREEMPTED
 from gangpreempt.placement.cluster import NodeCluster, add_into
 from gangpreempt.placement.gang import Shape, shapes_of
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim, plural
@@ -669,9 +668,7 @@ class NodePlanner:
             if borrowing is not None and cq != queue and cq not in borrowing:
                 out.add(ref)
                 continue
-            preempted = wl.condition(PREEMPTED)
-            at = preempted.last_transition_time if preempted is not None else None
-            if at is not None and recently_preempted(at.timestamp(), now_ts):
+            if recently_preempted(wl.preempted_ts, now_ts):
                 out.add(ref)
         return out
 

@@ -17,7 +17,7 @@ from datetime import datetime
 
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.queues import ClusterQueue, ResourceFlavor
-from gangpreempt.model.workloads import PREEMPTED, Workload
+from gangpreempt.model.workloads import Workload
 from gangpreempt.quota.tree import (
     FR,
     Node,
@@ -68,9 +68,7 @@ class AdmittedWorkload:
         self.uid = workload.uid or workload.key
         self.reserved_ts = _ts(workload.quota_reserved_at, now)
         self.queue_order_ts = _ts(workload.queue_order_time(), now)
-        preempted = workload.condition(PREEMPTED)
-        at = preempted.last_transition_time if preempted is not None else None
-        self.preempted_ts = at.timestamp() if at is not None else float("-inf")
+        self.preempted_ts = workload.preempted_ts
         # Kueue's candidate order inside one queue: lower priority first, then the most
         # recently admitted, then uid.
         self.order_key = (priority, -self.reserved_ts, self.uid)

@@ -24,6 +24,7 @@ candidate, integer ``z_{s,n}`` pods of size ``s`` on node ``n``."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import msgspec
@@ -135,8 +136,6 @@ def ratio(ours: tuple[float, ...], best: tuple[float, ...]) -> float | None:
 def measure(samples: Sequence[tuple[Problem, tuple[str, ...]]], limit: int) -> Optimality:
     """Ours against the optimum on up to ``limit`` decisions spread evenly over the
     replay, for each objective."""
-    import time
-
     started = time.perf_counter()
     n = len(samples)
     picked = [samples[i * n // limit] for i in range(limit)] if n > limit else list(samples)

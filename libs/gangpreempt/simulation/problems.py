@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping
 
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod
-from gangpreempt.model.workloads import PREEMPTED
 from gangpreempt.planning.decisions import ADMIT, PREEMPT, Decision
 from gangpreempt.preemption.candidates import recently_preempted
 from gangpreempt.simulation.optimum import Candidate, Problem
@@ -122,9 +121,7 @@ class PassView:
                 continue
             if wl.ref in self.promised or wl.ref == d.preemptor:
                 continue
-            mark = wl.condition(PREEMPTED)
-            at = mark.last_transition_time if mark is not None else None
-            if at is not None and recently_preempted(at.timestamp(), self.now_s):
+            if recently_preempted(wl.preempted_ts, self.now_s):
                 continue
             cq = wl.admission.cluster_queue
             p = state.priority_of(wl)

@@ -398,11 +398,7 @@ class Replay:
             ),
         )
         wl = self.state.workloads[plan.preemptor]
-        uids = {
-            v.split("/", 1)[1]: self.state.workloads[v.split("/", 1)[1]].uid
-            for v in (x.object for x in d.victims)
-            if v.startswith("Workload/") and v.split("/", 1)[1] in self.state.workloads
-        }
+        uids = {k: self.state.workloads[k].uid for k in plan.victims if k in self.state.workloads}
         claimed = {v: f.plan.plan_id for f in self.flights.values() for v in f.victim_refs}
         reason = rejection(
             self.ledger.current(self.now), plan, wl.uid, uids, self.ledger.held_victims
