@@ -112,3 +112,23 @@ def test_nothing_is_placed_where_a_victim_still_runs() -> None:
     assert first.placement == {"Pod/trace/h1-0": "node-0000"}
     assert second.outcome == "Pending"
     assert second.placement == {}
+
+
+def test_a_workload_still_being_evicted_stays_a_candidate() -> None:
+    """Preempted a minute ago and still terminating: taking it evicts nothing again."""
+    objects = cluster_objects({"q": 8}, nodes=1, gpus_per_node=8)
+    objects += running(Job("low", 0, 9999, "q", 100, (8,)), {0: "node-0000"})
+    stamp = (NOW - timedelta(minutes=1)).isoformat().replace("+00:00", "Z")
+    objects[-2]["status"]["conditions"] += [
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "lastTransitionTime": stamp},
+        {
+            "type": "Preempted",
+            "status": "True",
+            "reason": "InClusterQueue",
+            "lastTransitionTime": stamp,
+        },
+    ]
+    objects += job_objects(Job("high", 1, 60, "q", 1000, (8,)), NOW)
+    (d,) = plan(state_of(objects), NOW, "Workload/trace/high").decisions
+    assert d.outcome == "Preempt"
+    assert [v.object for v in d.victims] == ["Workload/trace/low"]

@@ -668,8 +668,8 @@ class NodePlanner:
             if borrowing is not None and cq != queue and cq not in borrowing:
                 out.add(ref)
                 continue
-            if recently_preempted(wl.preempted_ts, now_ts):
-                out.add(ref)
+            if recently_preempted(wl.preempted_ts, now_ts) and not wl.is_evicting:
+                out.add(ref)  # re-admitted after a preemption within the hour
         return out
 
     def hold(self, placement: dict[str, str], victims: Iterable[str]) -> None:

@@ -31,8 +31,9 @@ _NOTHING = -(2**63)  # a priority bound nothing is below
 IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"
 IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
-# A workload preempted (its ``Preempted`` condition changed) less than this long ago is no
-# candidate: evicted, re-admitted and evicted again within the hour is thrashing.
+# A workload re-admitted after a preemption (its ``Preempted`` condition changed) less than
+# this long ago is no candidate: evicted, re-admitted and evicted again within the hour is
+# thrashing. One still being evicted stays a candidate: taking it evicts nothing again.
 REPREEMPTION_GUARD_S = 3600.0
 LOST_GPU_HOURS = "lost-gpu-hours"  # the victim cost of ``--victim-cost``
 VICTIM_COSTS = ("", LOST_GPU_HOURS)
@@ -113,8 +114,8 @@ class Classifier:
         self.guard_from = self.now_ts - REPREEMPTION_GUARD_S
 
     def satisfies_policy(self, aw: AdmittedWorkload, policy: str) -> bool:
-        if aw.preempted_ts >= self.guard_from:
-            return False
+        if aw.preempted_ts >= self.guard_from and not aw.evicting:
+            return False  # re-admitted after a preemption within the hour
         if policy == LOWER_PRIORITY:
             return aw.priority < self.priority
         if policy == LOWER_OR_NEWER_EQUAL_PRIORITY:
