@@ -32,19 +32,31 @@ log = structlog.get_logger("gangpreempt.service")
 T = TypeVar("T")
 
 
+_reached: dict[str, int] = {}
+
+
 def fault(point: str) -> None:
     """Test hook: ``GANGPREEMPT_FAULT=<point>`` kills this process with SIGKILL the first
-    time it reaches ``point``, ``GANGPREEMPT_FAULT=pause:<point>`` stops it there with
-    SIGSTOP (until someone sends SIGCONT): the chaos and e2e tests crash or pause a
-    service mid-saga with it."""
+    time it reaches ``point``, ``<point>#N`` the Nth time, ``pause:<point>[#N]`` stops it
+    there with SIGSTOP (until someone sends SIGCONT): the chaos and e2e tests crash or
+    pause a service mid-saga with it, at a point and a moment of their choosing."""
     wanted = os.environ.get("GANGPREEMPT_FAULT", "")
-    if wanted == point:
-        log.warning("fault injected: SIGKILL", point=point)
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif wanted == f"pause:{point}":
+    if not wanted:
+        return
+    pause = wanted.startswith("pause:")
+    where, _, nth = wanted.removeprefix("pause:").partition("#")
+    if where != point:
+        return
+    _reached[point] = _reached.get(point, 0) + 1
+    if _reached[point] != (int(nth) if nth else 1):
+        return
+    if pause:
         os.environ.pop("GANGPREEMPT_FAULT")  # once
-        log.warning("fault injected: SIGSTOP", point=point)
+        log.warning("fault injected: SIGSTOP", point=point, reached=_reached[point])
         os.kill(os.getpid(), signal.SIGSTOP)
+    else:
+        log.warning("fault injected: SIGKILL", point=point, reached=_reached[point])
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class ServiceContext:

@@ -194,9 +194,10 @@ class Driver:
         assert p is not None
         confirmed_at = rec.updated_at if rec.state == "confirmed" else None
         if rec.state != ACTUATING or rec.fencing_token != token:
+            taking_over = rec.state == ACTUATING
             fault("before-actuation")
             rec, revision = await self.write(rec, revision, ACTUATING, fencing_token=token)
-            fault("after-claim")
+            fault("after-take-over" if taking_over else "after-claim")
         results = await asyncio.gather(*(self.evict(p, v, token) for v in p.victims))
         done = tuple(v.object for v, ok in zip(p.victims, results, strict=True) if ok)
         # The events go out before the record says actuated: a crash in between resumes
@@ -234,6 +235,7 @@ class Driver:
             await asyncio.wait_for(asyncio.gather(*sends), self.publisher.ack_timeout)
         except TimeoutError as exc:
             raise Transient(f"plan {p.plan_id}: events not acknowledged") from exc
+        fault("before-actuated")  # every victim evicted, the record not yet actuated
         await self.write(
             rec,
             revision,

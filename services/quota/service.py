@@ -103,11 +103,17 @@ class Quota:
             self.flights.learn(new)
 
     def flight_changed(self, key: str, old: Flight | None, new: Flight | None) -> None:
-        """Keep the ledger's and the nodes' holds in step with the flights; a flight that
-        ends (its holds released, its preemptor free to try again) calls for a cycle."""
-        if new is None:
+        """Keep the ledger's and the nodes' holds in step with the flights. A flight that
+        ends (its holds released, its preemptor free to try again) calls for a cycle, and
+        so does one that reaches ``actuated``: its victims' STATE changes may have come
+        before the record said so (a takeover that waited out the lease), and then
+        nothing else would wake the cycle that ends the flight and admits the gang."""
+        if new is None or (
+            new.status == ACTUATED
+            and (old is None or (old.plan_id, old.status) != (new.plan_id, ACTUATED))
+        ):
             self.dirty.set()
-        else:
+        if new is not None:
             self.traces[key] = new.record.trace  # the admission continues its trace
             self.traces.move_to_end(key)
             while len(self.traces) > MAX_TRACES:

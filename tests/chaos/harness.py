@@ -11,7 +11,11 @@ Fault classes:
 - ``pause``: the lease holder SIGSTOPped past its lease while a standby runs, resumed;
 - ``actuators``: two actuators throughout, the holder SIGKILLed once;
 - ``messages``: duplicated events (new message ids, past the stream's deduplication),
-  junk bytes and events on the wrong subject on every subject, invalid state objects.
+  junk bytes and events on the wrong subject on every subject, invalid state objects;
+- ``takeover``: the actuator kills itself 1-4 times, each incarnation at a point drawn
+  from the seed (after its Nth eviction, after its Nth claim, between the events of its
+  Nth plan and its ``actuated`` write, right after it took a half-done plan over), with
+  a termination delay shorter than the lease: the next holder finds the victims gone.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from tests.chaos import scenario
 from tests.chaos.checker import Evidence, Revision, violations
 from tests.e2e.harness import decisions, read_stream
 
-FAULTS = ("nats", "kill", "pause", "actuators", "messages")
+FAULTS = ("nats", "kill", "pause", "actuators", "messages", "takeover")
 SERVICES = ("ingest", "quota", "victims", "actuator")
 SETTINGS = {
     "GANGPREEMPT_TERMINATION_DELAY": "1",
@@ -88,10 +92,16 @@ class Process:
         self.extra: dict[str, str] = {}
         self.paused = False
         self.starts = 0
+        self.planned: list[str] = []  # fault points for its next starts, one per start
+        self.armed = ""  # the fault point this incarnation carries
 
     def start(self, extra: dict[str, str] | None = None) -> None:
         env = dict(self.env)
         env.update(extra or {})
+        self.armed = ""
+        if self.planned:
+            self.armed = self.planned.pop(0)
+            env["GANGPREEMPT_FAULT"] = self.armed
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "gangpreempt.cli", "serve", self.service],
@@ -152,6 +162,7 @@ class ChaosRun:
         self.procs: dict[str, Process] = {}
         self.supervising = True
         self.gangs: list[scenario.Gang] = []
+        self.t0 = time.monotonic()
 
     # -- setting up --------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -173,6 +184,9 @@ class ChaosRun:
         while self.supervising:
             for p in self.procs.values():
                 if not p.alive and not p.paused:
+                    if p.armed:
+                        self.note(f"{p.name} SIGKILLed itself at {p.armed}", self.t0)
+                        p.armed = ""
                     await asyncio.sleep(self.rng.uniform(0.2, 1.0))
                     if self.supervising and not p.alive:
                         p.start()
@@ -180,6 +194,24 @@ class ChaosRun:
             await asyncio.sleep(0.1)
 
     # -- faults ------------------------------------------------------------------------------
+    def kill_points(self) -> list[str]:
+        """1-4 points where successive incarnations of the actuator kill themselves: after
+        its Nth eviction, between its last eviction and the ``actuated`` write of its Nth
+        plan, after its Nth claim, and (once a plan was left half-done) right after it
+        took an actuating plan over."""
+        rng = self.rng
+        points: list[str] = []
+        for i in range(rng.randint(1, 4)):
+            choices = [
+                f"after-eviction#{rng.randint(1, 6)}",
+                f"before-actuated#{rng.randint(1, 3)}",
+                f"after-claim#{rng.randint(1, 4)}",
+            ]
+            if i > 0 and not points[-1].startswith("after-claim"):
+                choices.append("after-take-over#1")
+            points.append(rng.choice(choices))
+        return points
+
     async def holder(self, nc: Client, timeout: float = 10.0) -> Process | None:
         """The actuator process that holds the lease now (waiting for one to hold it)."""
         deadline = time.monotonic() + timeout
@@ -243,6 +275,8 @@ class ChaosRun:
                 holder.signal(signal.SIGCONT)
                 holder.paused = False
                 self.note(f"SIGCONT {holder.name}", t0)
+        elif self.fault == "takeover":
+            await self.takeovers(t0)
         elif self.fault == "actuators":
             await asyncio.sleep(rng.uniform(0.5, 4.0))
             holder = await self.holder(nc)
@@ -255,6 +289,22 @@ class ChaosRun:
                 await self.bad_message(nc)
                 await asyncio.sleep(rng.uniform(0.05, 0.3))
             self.note("duplicated, junk, misplaced and invalid messages sent", t0)
+
+    async def takeovers(self, t0: float, deadline_s: float = 25.0) -> None:
+        """Until every planned kill of the actuator has happened (each incarnation kills
+        itself at its point); a point not reached in time is replaced by a SIGKILL."""
+        deadline = t0 + deadline_s
+        while time.monotonic() < deadline:
+            done = [p for p in self.procs.values() if p.service == "actuator"]
+            if all(not p.planned and not p.armed for p in done):
+                return
+            await asyncio.sleep(0.05)
+        for p in self.procs.values():
+            if p.armed or p.planned:
+                self.note(f"{p.name}: {p.armed or p.planned[0]} not reached; SIGKILL", t0)
+                p.planned.clear()
+                p.armed = ""
+                p.signal(signal.SIGKILL)
 
     async def bad_message(self, nc: Client) -> None:
         js = nc.jetstream()
@@ -383,6 +433,11 @@ class ChaosRun:
                 self.procs[service] = Process(service, service, env, self.logs)
             if self.fault in ("pause", "actuators"):
                 self.procs["actuator-2"] = Process("actuator-2", "actuator", env, self.logs)
+            if self.fault == "takeover":
+                self.procs["actuator"].planned = self.kill_points()
+                self.result.injected.append(
+                    f"  0.0s actuator to kill itself at {', '.join(self.procs['actuator'].planned)}"
+                )
             for p in self.procs.values():
                 if (
                     p.name == "actuator"
@@ -398,8 +453,8 @@ class ChaosRun:
                 p.start(p.extra)
             replica = StateReplica(nc, self.topology, "chaos")
             await replica.start()
+            t0 = self.t0 = time.monotonic()
             supervisor = asyncio.ensure_future(self.supervise())
-            t0 = time.monotonic()
             try:
                 await self.inject(nc, t0)
                 faults_end = time.monotonic()
