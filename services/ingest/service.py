@@ -11,6 +11,7 @@ the sim cluster does not run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from nats.js.kv import KeyValue
 from gangpreempt import events
 from gangpreempt.bus import leases_bucket
 from gangpreempt.bus.consuming import Delivery
+from gangpreempt.bus.status import IngestStatus, status_subject
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model import kinds
 from gangpreempt.model.workloads import Workload
@@ -68,6 +70,7 @@ class Ingest:
         later = frozenset(str(Path(self.scenario) / s.apply) for s in self.steps if s.apply)
         self.source = ManifestSource(self.scenario, exclude=later)
         self.fired: set[int] = set()
+        self.played: set[int] = set()  # steps whose changes are stored
         self.started = time.monotonic()
         # Manifests carry no resourceVersion: each published version gets one, as from an
         # API server, so a re-created object is never mistaken for its predecessor.
@@ -165,11 +168,22 @@ class Ingest:
         assert self.sim is not None
         self.fired.add(i)
         await self.play(self.steps[i])
+        await self.sim.flush()
         if self.journal is not None:
-            await self.sim.flush()
             self.journal.write(fired=i)
+        self.played.add(i)
 
     # -- timeline ------------------------------------------------------------------------
+    def status(self) -> IngestStatus:
+        timed = [i for i, s in enumerate(self.steps) if s.at is not None]
+        triggered = [i for i, s in enumerate(self.steps) if s.when is not None]
+        return IngestStatus(
+            timed_steps=len(timed),
+            timed_played=len(self.played.intersection(timed)),
+            triggered_steps=len(triggered),
+            triggered_played=len(self.played.intersection(triggered)),
+        )
+
     def triggers_pending(self) -> bool:
         return any(s.when is not None and i not in self.fired for i, s in enumerate(self.steps))
 
@@ -239,6 +253,21 @@ class Ingest:
         for sub in subs:
             await sub.unsubscribe()
 
+    async def serve_status(self) -> None:
+        """Answer status requests (``up --until-settled`` asks how far the timeline is)."""
+
+        async def on_status(msg: Msg) -> None:
+            await msg.respond(msgspec.json.encode(self.status()))
+
+        subject = status_subject(self.ctx.topology, "ingest")
+        sub = await self.ctx.persevering(
+            "answer status requests", lambda: self.ctx.nc.subscribe(subject, cb=on_status)
+        )
+        try:
+            await self.ctx.stop.wait()
+        finally:
+            await sub.unsubscribe()
+
     async def stream_objects(self) -> set[tuple[str, str]]:
         """(kind, key) of every object the STATE stream holds now."""
         await self.replica.caught_up()
@@ -292,6 +321,7 @@ class Ingest:
         start = next((line.start for line in lines if line.start is not None), time.time())
         self.started = time.monotonic() - (time.time() - start)
         self.fired = {line.fired for line in lines if line.fired is not None}
+        self.played = set(self.fired)  # journaled once their changes were stored
         replica = StateReplica(ctx.nc, ctx.topology, "ingest")
         await ctx.persevering("follow the cluster state", replica.start)
         last = await ctx.persevering("read the cluster state", replica.caught_up)
@@ -309,6 +339,15 @@ class Ingest:
         log.info("starting state complete", source=source, objects=objects)
 
     async def run(self) -> None:
+        status = asyncio.ensure_future(self.serve_status())
+        try:
+            await self._run()
+        finally:
+            status.cancel()
+            with contextlib.suppress(BaseException):
+                await status
+
+    async def _run(self) -> None:
         ctx = self.ctx
         if self.kube is not None:
             await ctx.persevering("follow the cluster state", self.replica.start)

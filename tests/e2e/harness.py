@@ -17,11 +17,11 @@ from typing import Any
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
-from nats.js.api import DeliverPolicy
 
 from gangpreempt import events
 from gangpreempt.bus import Topology
 from gangpreempt.bus.leasing import current_token
+from gangpreempt.bus.reading import read_subject
 from services import simwire
 
 FAST = {
@@ -98,25 +98,9 @@ class Services:
 
 
 async def read_stream(nc: Client, stream: str, subject: str) -> list[Any]:
-    """Every message currently in ``stream`` on ``subject``."""
-    js = nc.jetstream()
-    info = await js.stream_info(stream)
-    if info.state.messages == 0:
-        return []
-    sub = await js.subscribe(
-        subject, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL, stream=stream
-    )
-    out = []
-    try:
-        while True:
-            msg = await sub.next_msg(timeout=0.3)
-            out.append(msg)
-            if msg.metadata.sequence.stream >= info.state.last_seq:
-                break
-    except Exception:
-        pass
-    await sub.unsubscribe()
-    return out
+    """Every message currently in ``stream`` on ``subject``, whole (it fails rather than
+    return part of them: ``gangpreempt.bus.reading``)."""
+    return await read_subject(nc.jetstream(), stream, subject)
 
 
 async def decisions(nc: Client, topology: Topology) -> list[events.Event]:

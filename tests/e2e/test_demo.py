@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from tests.e2e.scenarios import ADMITTED, CLUSTER, PENDING
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,3 +91,44 @@ def test_up_stops_on_a_manifest_it_cannot_read_at_start(tmp_path: Path) -> None:
     assert "requests.cpu" in compact, text
     assert "(line11)" in compact, text
     assert "keeps exiting" not in text  # stopped at the first exit, not after a crash loop
+
+
+def test_up_until_settled_waits_for_the_timeline(tmp_path: Path) -> None:
+    """Everything settles within seconds, but the timeline still has a step at 8 s:
+    ``--until-settled`` stops only after that step has played and been decided on."""
+    scenario = tmp_path / "scenario"
+    scenario.mkdir()
+    (scenario / "cluster.yaml").write_text(
+        CLUSTER
+        + ADMITTED.format(name="running", minute=0, priority=100, cpus=4)
+        + "---\n"
+        + PENDING.format(name="early", minute=0, priority=100, cpus=2)
+    )
+    (scenario / "late.yaml").write_text(PENDING.format(name="late", minute=0, priority=100, cpus=2))
+    (scenario / "timeline.yaml").write_text("- at: 8\n  apply: late.yaml\n")
+    started = time.monotonic()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gangpreempt.cli",
+            "up",
+            "--scenario",
+            str(scenario),
+            "--until-settled",
+            "--termination-delay",
+            "0.5",
+            "--store",
+            str(tmp_path / "store"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 0, text + out.stderr
+    assert "not settled" not in text, text
+    assert time.monotonic() - started > 8
+    assert re.search(r"Admitted Workload/ml/early", text), text
+    assert re.search(r"Admitted Workload/ml/late", text), text

@@ -13,6 +13,7 @@ from nats.js.errors import KeyNotFoundError
 
 from gangpreempt import events
 from gangpreempt.bus import Topology
+from gangpreempt.bus.reading import key_history
 from gangpreempt.bus.records import decode_record
 from gangpreempt.model import kinds
 from gangpreempt.model.workloads import PodSet, Workload
@@ -56,8 +57,8 @@ async def test_happy_path(
     # The victim kept its quota until it terminated: the gang was admitted after that.
     assert of(evs, events.Admitted, workload=GANG)[0].occurred_at > actuated.occurred_at
     # The plan record went through the saga in order (the stream need not: see assert_saga).
-    kv = await nc.jetstream().key_value(topology.plans_bucket)
-    states = [decode_record(e.value).state for e in await kv.history(proposal.plan_id) if e.value]
+    history = await key_history(nc.jetstream(), topology.plans_bucket, proposal.plan_id)
+    states = [decode_record(m.data).state for m in history if m.data]
     moves = [s for i, s in enumerate(states) if i == 0 or states[i - 1] != s]
     assert moves[:4] == ["requested", "confirmed", "actuating", "actuated"], states
 

@@ -21,6 +21,7 @@ from gangpreempt import events
 from gangpreempt.bus import Consumer, Lease, Oversized, Publisher, Topology, leases_bucket
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.bus.leasing import parse_lease
+from gangpreempt.bus.reading import read_subject
 from gangpreempt.errors import InvalidInput, Transient
 from gangpreempt.model import PodSet, Workload, kinds
 from gangpreempt.replica import StateReplica
@@ -277,3 +278,23 @@ async def test_trace_context_crosses_the_bus(nc: Client, topology: Topology) -> 
     assert process.context.trace_id == publish.context.trace_id
     assert process.parent is not None
     assert process.parent.span_id == publish.context.span_id
+
+
+async def test_a_stream_read_is_whole_or_fails(nc: Client, topology: Topology) -> None:
+    js = nc.jetstream()
+    consumers = (await js.stream_info(topology.decisions_stream)).state.consumer_count
+    pub = Publisher(nc, topology, "actuator")
+    for i in range(1200):  # more than one fetch
+        await pub.send(dropped(i))
+    await pub.publish(dropped(1200))
+    subject = topology.event_subject(events.PlanDropped)
+    msgs = await read_subject(js, topology.decisions_stream, subject)
+    assert [events.decode(m.data).id for m in msgs] == [f"d-{i}" for i in range(1201)]
+    # a subject with nothing on it is read at once, as nothing
+    assert await read_subject(js, topology.decisions_stream, f"{topology.prefix}.quota.>") == []
+    # a read that cannot finish in time says how far it got instead of returning part
+    with pytest.raises(Transient, match=r"read \d+ of the 1201 messages"):
+        await read_subject(js, topology.decisions_stream, subject, timeout=0.0)
+    # and the reads leave no consumer behind
+    info = await js.stream_info(topology.decisions_stream)
+    assert info.state.consumer_count == consumers

@@ -64,7 +64,8 @@ def _follow(stream: str) -> list[str]:
 def service_permissions(topology: Topology, service: str) -> dict[str, object]:
     """``{"publish": {"allow": [...]}, "subscribe": {"allow": [...]}}`` for ``service``.
 
-    ingest    STATE; its consumer; reads and follows the lease (the sim checks tokens)
+    ingest    STATE; its consumer; reads and follows the lease (the sim checks tokens);
+              its status
     quota     its events; its consumer; the plan records (read, write, follow); its status
     victims   its events; its consumer; the plan records (read); answers explain requests
     actuator  its events; the plan records (read, write, follow); the lease; the sim
@@ -77,6 +78,7 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
     if service == "ingest":
         publish.append(f"{topology.prefix}.state.>")
         subscribe.append(f"{topology.prefix}.sim.*")  # the sim cluster answers requests
+        subscribe.append(status_subject(topology, "ingest"))  # how far its timeline is
         publish += _bucket_read(leases) + _follow(f"KV_{leases}")
     else:
         publish.append(topology.service_wildcard(service))

@@ -1,6 +1,8 @@
-"""quota's status on request: whether it has decided on everything STATE holds. ``up
---until-settled`` and the scale benchmark ask it instead of waiting for a quiet window
-(a cycle on a large cluster may take longer than any fixed window)."""
+"""Services' status on request. quota's: whether it has decided on everything STATE
+holds; ingest's: how much of the scenario's timeline it has played. ``up
+--until-settled`` and the scale benchmark ask them instead of waiting for a quiet window
+(a cycle on a large cluster may take longer than any fixed window, and a timeline may
+hold a step long after everything before it settled)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,18 @@ class QuotaStatus(msgspec.Struct, frozen=True):
         )
 
 
+class IngestStatus(msgspec.Struct, frozen=True):
+    timed_steps: int  # the timeline's steps at a given second
+    timed_played: int  # of those, played and their changes stored
+    triggered_steps: int  # steps played when an event appears (they may never fire)
+    triggered_played: int
+
+    @property
+    def timeline_done(self) -> bool:
+        """Every timed step is played: what is left can only be set off by an event."""
+        return self.timed_played >= self.timed_steps
+
+
 def status_subject(topology: Topology, service: str) -> str:
     """Not in any stream: a request answered by the service, nothing stored."""
     return f"{topology.prefix}.status.{service}"
@@ -45,6 +59,21 @@ async def ask_quota(nc: Client, topology: Topology, timeout: float = 1.0) -> Quo
         return None
 
 
+async def ask_ingest(nc: Client, topology: Topology, timeout: float = 1.0) -> IngestStatus | None:
+    """ingest's status, or None when it does not answer in time."""
+    try:
+        msg: Msg = await nc.request(status_subject(topology, "ingest"), b"", timeout=timeout)
+        return msgspec.json.decode(msg.data, type=IngestStatus)
+    except Exception:  # no responders, a timeout, an ingest of another version
+        return None
+
+
+async def timeline_played(nc: Client, topology: Topology) -> bool:
+    """ingest has played every timed step of its scenario's timeline."""
+    status = await ask_ingest(nc, topology)
+    return status is not None and status.timeline_done
+
+
 async def quota_caught_up(nc: Client, topology: Topology) -> bool:
     """quota is idle and has decided on everything STATE holds now."""
     status = await ask_quota(nc, topology)
@@ -54,4 +83,12 @@ async def quota_caught_up(nc: Client, topology: Topology) -> bool:
     return status.state_seq >= info.state.last_seq
 
 
-__all__ = ["QuotaStatus", "ask_quota", "quota_caught_up", "status_subject"]
+__all__ = [
+    "IngestStatus",
+    "QuotaStatus",
+    "ask_ingest",
+    "ask_quota",
+    "quota_caught_up",
+    "status_subject",
+    "timeline_played",
+]

@@ -519,7 +519,9 @@ def serve(service: str, **kwargs: Any) -> None:
     "--store", type=click.Path(), help="JetStream store folder (default: a temporary one)."
 )
 @click.option(
-    "--until-settled", is_flag=True, help="Stop once nothing moves any more, then summarize."
+    "--until-settled",
+    is_flag=True,
+    help="Stop once the scenario's timeline has played and nothing moves any more, then summarize.",
 )
 @click.option(
     "--timeout",

@@ -24,7 +24,7 @@ from gangpreempt import events
 from gangpreempt.bus import SERVICES, NatsServer, Topology, connected_with, follow, provision_with
 from gangpreempt.bus.permissions import ADMIN, server_authorization
 from gangpreempt.bus.records import decode_record
-from gangpreempt.bus.status import quota_caught_up
+from gangpreempt.bus.status import quota_caught_up, timeline_played
 from gangpreempt.config import Settings, env_name
 from gangpreempt.errors import EXIT_INVALID
 from gangpreempt.planning.records import ACTUATED, ACTUATING, DROPPED, PlanRecord
@@ -71,6 +71,10 @@ class Tally:
     records: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     # whether quota has decided on all STATE holds (set by the live view once connected)
     quota_idle: Callable[[], Awaitable[bool]] = field(default=_not_yet)
+    # whether ingest has played every timed step of the scenario's timeline
+    timeline_played: Callable[[], Awaitable[bool]] = field(default=_not_yet)
+
+    seen_seq: int = 0  # the decisions stream's sequence the view has taken in
 
     def record(self, rec: PlanRecord) -> None:
         state = rec.state
@@ -198,10 +202,20 @@ async def _live_view(
     async with connected_with(settings, "gangpreempt-up") as nc:
         await provision_with(nc.jetstream(), settings)
 
-        tally.quota_idle = lambda: quota_caught_up(nc, topology)
+        async def caught_up() -> bool:
+            """quota has decided on everything STATE holds, and the view has seen every
+            decision it published doing so (a request it has not seen is not open yet)."""
+            if not await quota_caught_up(nc, topology):
+                return False
+            info = await nc.jetstream().stream_info(topology.decisions_stream)
+            return tally.seen_seq >= info.state.last_seq
+
+        tally.quota_idle = caught_up
+        tally.timeline_played = lambda: timeline_played(nc, topology)
         provisioned.set()
 
         async def on_msg(msg: Msg) -> None:
+            tally.seen_seq = max(tally.seen_seq, msg.metadata.sequence.stream)
             try:
                 ev = events.decode(msg.data)
             except Exception:
@@ -222,7 +236,7 @@ async def _live_view(
                 with contextlib.suppress(Exception):
                     tally.record(decode_record(msg.data))
 
-        sub = await follow(nc, f"{topology.prefix}.*.*", topology.decisions_stream, on_msg)
+        sub = await follow(nc, f"{topology.prefix}.>", topology.decisions_stream, on_msg)
         records = await follow(
             nc,
             f"$KV.{topology.plans_bucket}.>",
@@ -354,7 +368,12 @@ async def run_up(
             if failed:
                 break
             if until_settled and (
-                (tally.settled(quiet) and await tally.quota_idle()) or time.monotonic() > deadline
+                (
+                    tally.settled(quiet)
+                    and await tally.timeline_played()
+                    and await tally.quota_idle()
+                )
+                or time.monotonic() > deadline
             ):
                 if time.monotonic() > deadline:
                     console.print(f"[red]not settled after {timeout:.0f}s[/red]")
