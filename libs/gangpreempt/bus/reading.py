@@ -42,7 +42,7 @@ async def read_subject(
     name = ""
     try:
         info = await psub.consumer_info()
-        name, pending = info.name, info.num_pending
+        name, pending = info.name, info.num_pending or 0
         out: list[Msg] = []
         deadline = time.monotonic() + timeout
         while len(out) < pending:
