@@ -73,6 +73,7 @@ class Admitted(Event, frozen=True, kw_only=True, tag=True):
     pod_sets: tuple[PodSetAdmission, ...]
     # Node-level: each pending pod of the preemptor -> the node it is to be bound to.
     placement: dict[str, str] = msgspec.field(default_factory=dict)
+    quota_token: int = 0  # quota's lease token when it decided (the sim applies no other)
 
 
 class Pending(Event, frozen=True, kw_only=True, tag=True):
@@ -96,6 +97,7 @@ class PreemptionRequested(Event, frozen=True, kw_only=True, tag=True):
     # Victims already promised to other preemptors: not candidates for this one.
     claimed: tuple[str, ...] = ()
     state_seq: int = 0  # the STATE stream sequence the quota ledger was at
+    quota_token: int = 0  # quota's lease token when it asked
 
 
 class RequestExpired(Event, frozen=True, kw_only=True, tag=True):

@@ -9,7 +9,9 @@ labelled for soft eviction, which the sim's stand-in operator then deletes) and 
 gone ``termination_delay`` seconds later. Every change gets a new resourceVersion
 and is published to STATE. Evictions carry preconditions (uid) and a fencing token: the
 sim follows the actuator's lease itself and refuses a token that is not the current
-holder's (and one lower than any it has seen).
+holder's (and one lower than any it has seen). Admissions carry quota's lease token: one
+decided under a lease that is not the current one is not applied (the holder decides
+again), as a stale leader's write would be refused.
 
 An eviction is written to the journal (``services.ingest.journal``) before it is applied;
 a restarted sim rebuilds its world from STATE and the journal, applying again any
@@ -19,7 +21,6 @@ eviction STATE did not get (as an API server answers a write once its store has 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Coroutine
 from datetime import UTC, datetime
@@ -28,15 +29,11 @@ from typing import Any
 import msgspec
 import structlog
 from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
-from nats.js.kv import KeyValue
 from opentelemetry import context
 
 from gangpreempt import events
 from gangpreempt.bus import Publisher
-from gangpreempt.bus.following import Follower
-from gangpreempt.bus.leasing import current_token, parse_lease
+from gangpreempt.bus.leasing import LeaseView
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import SOFT_EVICTION_LABEL, Pod
@@ -70,7 +67,8 @@ def split_ref(ref: str) -> tuple[str, str]:
     return kind, key
 
 
-LEASE_KEY = "actuator"
+ACTUATOR_LEASE = "actuator"
+QUOTA_LEASE = "quota"
 
 
 class SimCluster:
@@ -82,10 +80,10 @@ class SimCluster:
     ) -> None:
         self.publisher = publisher
         self.termination_delay = termination_delay
-        # the lease's token as the sim last saw it (followed: no read per eviction)
-        self.lease_token: int | None = None
-        self._lease_follower: Follower | None = None
-        self._leases: KeyValue | None = None
+        # the actuator's and quota's leases, as the sim follows them (None: it does not)
+        self.actuator_lease: LeaseView | None = None
+        self.quota_lease: LeaseView | None = None
+        self.admissions_refused = 0
         self.journal = journal
         self.world = ClusterState()
         self.rv = 0
@@ -220,6 +218,11 @@ class SimCluster:
         log.info("bound", preemptor=ev.workload, pods=bound)
 
     async def admit(self, ev: events.Admitted) -> None:
+        refused = await self.admission_refused(ev)
+        if refused is not None:
+            self.admissions_refused += 1
+            log.warning("admission refused", workload=ev.workload, reason=refused)
+            return
         if ev.placement:
             await self.bind(ev)
         kind, key = split_ref(ev.workload)
@@ -245,30 +248,24 @@ class SimCluster:
         log.info("admitted", workload=ev.workload, cluster_queue=ev.cluster_queue)
 
     async def follow_lease(self, nc: Client, bucket: str) -> None:
-        """Follow the lease key (its holder's token, or none once it is deleted)."""
+        """Follow the actuator's and quota's leases (their holders' tokens): evictions and
+        admissions are taken only under the token of whoever holds the lease now."""
+        self.actuator_lease = LeaseView(nc, bucket, ACTUATOR_LEASE)
+        self.quota_lease = LeaseView(nc, bucket, QUOTA_LEASE)
+        await self.actuator_lease.start()
+        await self.quota_lease.start()
 
-        async def on_msg(msg: Msg) -> None:
-            gone = (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE")
-            parsed = None if gone else parse_lease(msg.data)
-            self.lease_token = parsed[1] if parsed is not None else None
-
-        self._lease_follower = Follower(
-            nc, f"KV_{bucket}", f"$KV.{bucket}.{LEASE_KEY}", on_msg, DeliverPolicy.LAST_PER_SUBJECT
-        )
-        self._leases = await nc.jetstream().key_value(bucket)
-        await self._lease_follower.start()
+    @property
+    def lease_token(self) -> int | None:
+        """The actuator's lease token, as the sim follows it."""
+        return self.actuator_lease.token if self.actuator_lease is not None else None
 
     async def fence(self, req: EvictRequest) -> EvictReply | None:
         """A refusal when the request's token is not the current lease holder's (as the
         sim follows the lease; a sim that does not follow it fences nothing)."""
         lease_token = req.fencing_token
-        if self._lease_follower is not None:
-            lease_token = self.lease_token or 0
-            if req.fencing_token > lease_token and self._leases is not None:
-                # A newer holder than the followed copy knows yet: the follower may only
-                # lag, so ask the bucket before refusing (a refusal costs a retry).
-                with contextlib.suppress(Exception):
-                    lease_token = await current_token(self._leases, LEASE_KEY) or 0
+        if self.actuator_lease is not None:
+            lease_token = await self.actuator_lease.current(req.fencing_token) or 0
         if req.fencing_token != lease_token:
             return EvictReply(
                 ok=False,
@@ -282,6 +279,17 @@ class SimCluster:
                 detail=f"fenced: token {req.fencing_token} < {self.max_token}",
             )
         self.max_token = max(self.max_token, req.fencing_token)
+        return None
+
+    async def admission_refused(self, ev: events.Admitted) -> str | None:
+        """Why an admission is not applied: it was decided under a quota lease that is not
+        the current one (its holder lost the lease before the sim got it; the holder now
+        decides again). None when the sim follows no lease."""
+        if self.quota_lease is None:
+            return None
+        current = await self.quota_lease.current(ev.quota_token)
+        if ev.quota_token != current:
+            return f"decided under quota token {ev.quota_token}, the lease's is {current}"
         return None
 
     def _journal(self, req: EvictRequest) -> None:
@@ -464,8 +472,9 @@ class SimCluster:
         )
 
     async def close(self) -> None:
-        if self._lease_follower is not None:
-            await self._lease_follower.stop()
+        for view in (self.actuator_lease, self.quota_lease):
+            if view is not None:
+                await view.stop()
         for t in list(self._timers):
             t.cancel()
         await self.flush()

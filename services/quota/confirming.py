@@ -18,7 +18,7 @@ from datetime import datetime
 import structlog
 
 from gangpreempt import events
-from gangpreempt.bus import Publisher
+from gangpreempt.bus import Lease, Publisher
 from gangpreempt.bus.records import RecordBook, RecordStore, Versioned
 from gangpreempt.errors import Conflict, Transient
 from gangpreempt.planning.records import (
@@ -31,6 +31,7 @@ from gangpreempt.planning.records import (
     IllegalMove,
     PlanRecord,
     advance,
+    quota_adopts,
 )
 from services.quota.flights import Flights, Owed
 
@@ -48,6 +49,7 @@ class Confirmer:
         publisher: Publisher,
         now: Callable[[], datetime],
         writer: str,
+        lease: Lease | None = None,
     ) -> None:
         self.store = store
         self.book = book
@@ -55,13 +57,36 @@ class Confirmer:
         self.publisher = publisher
         self.now = now
         self.writer = writer
+        self.lease = lease  # quota's lease: every record write is fenced by it
         self.creating: dict[str, asyncio.Future[int]] = {}  # plan -> its record's creation
+
+    def token(self) -> int:
+        """Quota's lease token, checked on this process's clock (``Fenced`` once it is no
+        longer ours): every record write carries it."""
+        return self.lease.check() if self.lease is not None else 0
+
+    def advance(self, rec: PlanRecord, to: str, **changes: object) -> PlanRecord:
+        """``rec`` moved by quota, under its lease token (``Fenced`` without the lease)."""
+        return advance(
+            rec,
+            to,
+            by=QUOTA,
+            now=self.now(),
+            writer=self.writer,
+            quota_token=self.token(),
+            **changes,
+        )
 
     # -- records quota creates -------------------------------------------------------------
     def create(self, rec: PlanRecord) -> asyncio.Future[int]:
         """Write a new request's record (beside the request itself); a proposal for it
         waits for this write before it reads the record."""
-        future = asyncio.ensure_future(self.store.create(rec))
+
+        async def created() -> int:
+            self.token()  # not past the lease, just before the write
+            return await self.store.create(rec)
+
+        future = asyncio.ensure_future(created())
         self.creating[rec.plan_id] = future
 
         def done(f: asyncio.Future[int]) -> None:
@@ -85,9 +110,32 @@ class Confirmer:
         return await self.store.get(plan_id)
 
     async def write(self, rec: PlanRecord, revision: int, to: str, **changes: object) -> PlanRecord:
-        moved = advance(rec, to, by=QUOTA, now=self.now(), writer=self.writer, **changes)
+        moved = self.advance(rec, to, **changes)
         self.book.learn(moved, await self.store.put(moved, revision))
         return moved
+
+    async def adopt(self, token: int, concurrency: int = 64) -> int:
+        """Write again, under ``token``, every record whose next move is quota's (a
+        request, an actuated plan): a write an older lease holder still has on its way
+        then fails its compare-and-set, and any later one is refused as stale. Returns
+        how many were adopted."""
+        gate = asyncio.Semaphore(concurrency)
+
+        def mover(rec: PlanRecord) -> PlanRecord | None:
+            if not quota_adopts(rec, token):
+                return None
+            return self.advance(rec, rec.state)
+
+        async def one(plan_id: str) -> bool:
+            async with gate:
+                moved = await self.store.move(plan_id, mover)
+            if moved is None:
+                return False
+            self.book.learn(*moved)
+            return moved[0].quota_token == token
+
+        wanted = [pid for pid, (rec, _) in self.book.records.items() if quota_adopts(rec, token)]
+        return sum(await asyncio.gather(*(one(pid) for pid in wanted)))
 
     # -- proposals --------------------------------------------------------------------------
     async def proposed(self, p: events.PlanProposed, check: Check) -> None:
@@ -111,9 +159,7 @@ class Confirmer:
             rejected = await self.write(rec, revision, REJECTED, reason=reason)
             self.flights.learn(rejected)
             return reason
-        confirmed = advance(
-            rec, CONFIRMED, by=QUOTA, now=self.now(), writer=self.writer, proposal=p
-        )
+        confirmed = self.advance(rec, CONFIRMED, proposal=p)
         self.flights.learn(confirmed)  # the holds, before anything is awaited
         try:
             self.book.learn(confirmed, await self.store.put(confirmed, revision))
@@ -174,9 +220,7 @@ class Confirmer:
             def mover(rec: PlanRecord, o: Owed = o) -> PlanRecord | None:
                 if rec.state != o.source:
                     return None  # moved on: nothing owed any more
-                return advance(
-                    rec, o.target, by=QUOTA, now=self.now(), writer=self.writer, reason=o.reason
-                )
+                return self.advance(rec, o.target, reason=o.reason)
 
             try:
                 moved = await self.store.move(o.plan_id, mover)

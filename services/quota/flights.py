@@ -68,9 +68,10 @@ Listener = Callable[[str, Flight | None, Flight | None], None]
 
 
 class Flights:
-    def __init__(self, on_change: Listener, seq: Callable[[], int]) -> None:
+    def __init__(self, on_change: Listener, seq: Callable[[], int], token: int = 0) -> None:
         self.on_change = on_change  # (preemptor, old flight, new flight) on every change
         self.seq = seq  # the STATE sequence now
+        self.token = token  # quota's lease token: requests made under an older one end
         self.by_preemptor: dict[str, Flight] = {}
         self.failures: dict[str, Failure] = {}
         self.owed: list[Owed] = []
@@ -81,6 +82,13 @@ class Flights:
         attempt is retried once the state is past ``failed_seq`` (default: now)."""
         key = rec.flight
         current = self.by_preemptor.get(key)
+        if rec.state == records.REQUESTED and rec.quota_token < self.token:
+            # Made by an older lease holder after this one adopted the requests (its
+            # write was on its way): it is no flight of this holder's, and nobody may
+            # confirm it.
+            if current is None or current.plan_id != rec.plan_id:
+                self.owe(rec, EXPIRED, "requested under an older quota lease")
+                return
         if current is not None and current.plan_id != rec.plan_id:
             if rec.state not in IN_FLIGHT or rec.requested_at <= current.record.requested_at:
                 self._orphan(rec)

@@ -26,10 +26,11 @@ from nats.aio.msg import Msg
 from opentelemetry import trace
 
 from gangpreempt import events
+from gangpreempt.bus import Lease, leases_bucket, plans_bucket
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.bus.records import RecordBook, RecordStore
 from gangpreempt.bus.status import QuotaStatus, status_subject
-from gangpreempt.errors import InvalidInput
+from gangpreempt.errors import Fenced, InvalidInput
 from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.inflight import PlanInFlight, rejection
 from gangpreempt.planning.nodeplan import NodePlanner
@@ -55,6 +56,7 @@ log = structlog.get_logger("gangpreempt.quota")
 BURST_WAITS = 4
 TICK_S = 1.0  # at least this often: overdue requests, owed record moves, backoffs
 RETENTION_S = 3600.0  # a record in a terminal state is deleted this long after its end
+LEASE_KEY = "quota"
 
 
 def kueue_victims(d: Any) -> set[str]:
@@ -93,14 +95,38 @@ class Quota:
         self.published: dict[str, tuple[str, ...]] = {}  # workload -> last decision signature
         self.counter = itertools.count(1)
         self.instance = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self.holder = f"{os.uname().nodename}-{self.instance}"
         self.retry_due: float | None = None  # monotonic: a backoff ends, cycle then
         self.confirmer: Confirmer | None = None
         self.consumer = ctx.decisions_consumer(self.on_event, concurrency=16)
+        self.lease: Lease | None = None
+        self.leading = False  # holds the lease: its flights are the records' in flight
+        self.token = 0  # the lease token it leads under
 
     # -- flights and their holds ---------------------------------------------------------------
     def record_changed(self, _old: PlanRecord | None, new: PlanRecord | None) -> None:
-        if new is not None:
+        if new is not None and self.leading:  # a standby keeps the records, no flights
             self.flights.learn(new)
+
+    def rebuild_flights(self, token: int) -> None:
+        """The flights and their holds, as the records say (a new lease holder's)."""
+        self.release_flights()
+        self.flights = Flights(self.flight_changed, lambda: self.replica.seq, token)
+        self.nodes = NodeBook()
+        assert self.confirmer is not None
+        self.confirmer.flights = self.flights
+        for rec, _revision in list(self.book.records.values()):
+            self.flights.learn(rec)
+
+    def release_flights(self) -> None:
+        """Every flight ends here, its holds released (the lease is no longer ours)."""
+        for key, flight in list(self.flights.by_preemptor.items()):
+            del self.flights.by_preemptor[key]
+            self.flight_changed(key, flight, None)
+        self.flights.owed.clear()
+        self.flights.failures.clear()
+        self.published.clear()  # a new term decides everything again
+        self.retry_due = None
 
     def flight_changed(self, key: str, old: Flight | None, new: Flight | None) -> None:
         """Keep the ledger's and the nodes' holds in step with the flights. A flight that
@@ -156,16 +182,16 @@ class Quota:
         self.dirty.set()
 
     # -- the admission cycle -----------------------------------------------------------------
-    async def cycles(self) -> None:
-        while not self.ctx.stop.is_set():
+    async def cycles(self, term: asyncio.Event) -> None:
+        while not term.is_set():
             waiter = asyncio.ensure_future(self.dirty.wait())
-            stopper = asyncio.ensure_future(self.ctx.stop.wait())
+            stopper = asyncio.ensure_future(term.wait())
             await asyncio.wait(
                 {waiter, stopper}, timeout=self.tick(), return_when="FIRST_COMPLETED"
             )
             waiter.cancel()
             stopper.cancel()
-            if self.ctx.stop.is_set():
+            if term.is_set():
                 return
             try:
                 await self.housekeeping()
@@ -179,9 +205,13 @@ class Quota:
                 await self.cycle()
                 if self.replica.complete:
                     self.decided_seq = seq
+            except Fenced as exc:  # the lease is no longer ours: the term ends
+                log.warning("admission cycle fenced", error=str(exc))
+                await sleep_or_stop(term, 0.5)
+                self.dirty.set()
             except Exception:  # NATS away, most likely: the cycle runs again soon
                 log.exception("admission cycle failed; retrying")
-                await sleep_or_stop(self.ctx.stop, 0.5)
+                await sleep_or_stop(term, 0.5)
                 self.dirty.set()
             finally:
                 self.busy = False
@@ -195,14 +225,17 @@ class Quota:
             dirty=self.dirty.is_set(),
             flights=len(self.flights.by_preemptor),
             retry_pending=self.retry_due is not None,
+            token=self.token,
         )
 
-    async def serve_status(self) -> None:
+    async def serve_status(self, term: asyncio.Event) -> None:
+        """The lease holder answers status requests (a standby decides nothing)."""
+
         async def on_request(msg: Msg) -> None:
             await msg.respond(msgspec.json.encode(self.status()))
 
         sub = await self.ctx.nc.subscribe(status_subject(self.ctx.topology, "quota"), cb=on_request)
-        await self.ctx.stop.wait()
+        await term.wait()
         await sub.unsubscribe()
 
     def tick(self) -> float:
@@ -379,6 +412,8 @@ class Quota:
             and (plan_id := events.stable_id("plan", e.request_id)) in self.confirmer.creating
         ]
         try:
+            if outbox:
+                self.confirmer.token()  # decided under the lease, sent under it too
             await asyncio.gather(*(self.send(e) for e in outbox), *creating)
         except BaseException:
             # Some may not be stored: decide them again and send again (ids are stable, so
@@ -394,6 +429,14 @@ class Quota:
         """Publish one of the cycle's events; the admission of a preemptor that had a
         plan goes out in that plan's trace (linked to this cycle)."""
         carrier = None
+        if isinstance(event, events.Admitted):
+            # Decided under this lease: the sim takes no admission from an older one, and
+            # the id names the term, so a successor's decision is no duplicate of it.
+            event = msgspec.structs.replace(
+                event, id=events.stable_id(event.id, self.token), quota_token=self.token
+            )
+        elif isinstance(event, events.PreemptionRequested):
+            event = msgspec.structs.replace(event, quota_token=self.token)
         if isinstance(event, events.Admitted):
             ref = event.workload
             carrier = self.traces.pop(key_of(ref) if ref.startswith("Workload/") else ref, None)
@@ -420,7 +463,9 @@ class Quota:
         now, seq = self.ctx.now(), self.replica.seq
         request_id = f"{self.instance}-{next(self.counter)}"
         plan_id = events.stable_id("plan", request_id)
-        rec = new_record(plan_id, request_id, d.preemptor, key, now, seq, f"quota/{self.instance}")
+        rec = new_record(
+            plan_id, request_id, d.preemptor, key, now, seq, f"quota/{self.instance}", self.token
+        )
         rec = msgspec.structs.replace(rec, trace=current_carrier())
         self.flights.start(rec)
         self.confirmer.create(rec)
@@ -495,11 +540,27 @@ class Quota:
             self.live.ledger.held_victims,
         ) or self.nodes.check_kueue(state, p)
 
-    async def run(self) -> None:
+    async def buckets(self) -> tuple[Any, Any]:
         ctx = self.ctx
-        kv = await ctx.persevering(
-            "bind the plans bucket", lambda: ctx.js.key_value(ctx.topology.plans_bucket)
+        if ctx.settings.provision:
+            replicas = ctx.settings.stream_replicas
+            return (
+                await plans_bucket(ctx.js, ctx.topology, replicas),
+                await leases_bucket(ctx.js, ctx.topology, ctx.settings.lease_ttl, replicas),
+            )
+        return (  # provisioned by an admin: bind, do not create
+            await ctx.js.key_value(ctx.topology.plans_bucket),
+            await ctx.js.key_value(ctx.topology.leases_bucket),
         )
+
+    async def run(self) -> None:
+        """Keep the cluster state and the records current; decide only while holding the
+        lease (one active instance, the others standing by, warm)."""
+        ctx = self.ctx
+        kv, leases = await ctx.persevering("bind the buckets", self.buckets)
+        lease = self.lease = Lease(leases, LEASE_KEY, self.holder, ctx.settings.lease_ttl)
+        metrics.LEASE_HOLDER.labels(ctx.service).set_function(lambda: float(lease.valid()))
+        metrics.FENCING_TOKEN.labels(ctx.service).set_function(lambda: float(lease.token or 0))
         self.confirmer = Confirmer(
             RecordStore(kv),
             self.book,
@@ -507,19 +568,79 @@ class Quota:
             self.ctx.publisher,
             self.ctx.now,
             f"quota/{self.instance}",
+            lease,
         )
         await ctx.persevering("rebuild the cluster state", self.live.start)
-        # the flights and their holds, as the records say
-        await ctx.persevering("rebuild the flights", self.book.start)
-        log.info("flights rebuilt from the plan records", flights=len(self.flights.by_preemptor))
-        self.dirty.set()
+        await ctx.persevering("read the plan records", self.book.start)
+        try:
+            while not ctx.stop.is_set():
+                if await lease.acquire(ctx.stop) is None:
+                    return
+                await self.lead(lease)
+                if not ctx.stop.is_set():
+                    log.warning("lease lost; standing by", fencing_token=lease.token)
+                    await sleep_or_stop(ctx.stop, 0.1)
+        finally:
+            if lease.valid():
+                await lease.release()
+            await self.book.stop()
+
+    async def lead(self, lease: Lease) -> None:
+        """One term as the lease holder: adopt the records whose next move is quota's,
+        rebuild the flights and holds from the records, then decide, confirm and answer
+        until the lease is lost or the service stops."""
+        term = asyncio.Event()
+
+        async def until_lost() -> None:
+            stopper = asyncio.ensure_future(self.ctx.stop.wait())
+            loser = asyncio.ensure_future(lease.lost.wait())
+            await asyncio.wait({stopper, loser}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            loser.cancel()
+            term.set()
+
+        started = time.monotonic()
         try:
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(self.consumer.run(self.ctx.stop))
-                tg.create_task(self.cycles())
-                tg.create_task(self.serve_status())
+                tg.create_task(lease.keep(self.ctx.stop))
+                tg.create_task(until_lost())
+                if not await self.take_over(lease, term):
+                    return
+                log.info(
+                    "leading",
+                    fencing_token=self.token,
+                    flights=len(self.flights.by_preemptor),
+                    seconds=round(time.monotonic() - started, 3),
+                )
+                tg.create_task(self.consumer.run(term))
+                tg.create_task(self.cycles(term))
+                tg.create_task(self.serve_status(term))
         finally:
-            await self.book.stop()
+            self.leading = False
+            self.release_flights()
+            self.token = 0
+
+    async def take_over(self, lease: Lease, term: asyncio.Event) -> bool:
+        """Adopt, then rebuild; False if the term ended first."""
+        assert self.confirmer is not None
+        token = lease.check()
+        while not term.is_set():
+            try:
+                adopted = await self.confirmer.adopt(token)
+                break
+            except Fenced:
+                return False
+            except Exception as exc:  # NATS away: try again while the lease is ours
+                log.warning("records not adopted yet; retrying", error=repr(exc))
+                await sleep_or_stop(term, 0.2)
+        else:
+            return False
+        self.token = token
+        self.rebuild_flights(token)
+        self.leading = True
+        self.dirty.set()
+        log.info("records adopted", adopted=adopted, fencing_token=token)
+        return True
 
 
 async def main(ctx: ServiceContext) -> None:

@@ -10,16 +10,30 @@ the lease acquisitions the actuators logged.
    the lease's when the sim checked);
 5. no ``PlanDropped`` for a plan that has a ``VictimActuated``;
 6. no gang with two actuated plans (a plan duplicated after a restart);
-7. every gang running within the bound after the faults stop.
+7. every gang running within the bound after the faults stop;
+8. no quota move of a record under an older quota token than the record already
+   carries (a stale lease holder's write is refused), and confirmations, in the order
+   the bucket stored them, under quota tokens that never go down (two quota instances
+   never both confirm);
+9. no preemptor with two plans in flight at once (confirmed, and neither dropped nor
+   closed before the other was confirmed).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from gangpreempt import events
-from gangpreempt.planning.records import ACTUATING, CONFIRMED, DROPPED, PlanRecord
+from gangpreempt.planning.records import (
+    ACTUATING,
+    CLOSED,
+    CONFIRMED,
+    DROPPED,
+    REJECTED,
+    PlanRecord,
+)
 from services.ingest.journal import EvictionEntry
 
 
@@ -27,6 +41,7 @@ from services.ingest.journal import EvictionEntry
 class Revision:
     at: float  # wall clock, seconds (the stream's timestamp)
     record: PlanRecord
+    seq: int = 0  # the bucket stream's sequence: the order every revision was stored in
 
 
 @dataclass
@@ -35,6 +50,7 @@ class Evidence:
     revisions: dict[str, list[Revision]] = field(default_factory=dict)  # plan -> in order
     evictions: list[EvictionEntry] = field(default_factory=list)
     acquisitions: list[tuple[float, int]] = field(default_factory=list)  # (at, token)
+    quota_acquisitions: list[tuple[float, int]] = field(default_factory=list)
     settle_s: float | None = None  # faults end -> every gang running (None: never)
     bound_s: float = 0.0
 
@@ -84,6 +100,8 @@ def violations(ev: Evidence) -> list[str]:
     for preemptor, plans in sorted(actuated.items()):
         if len(plans) > 1:
             out.append(f"{preemptor} has {len(plans)} actuated plans: {sorted(plans)}")
+    out += quota_fencing(ev.revisions)
+    out += plans_in_flight_at_once(ev.revisions)
     if ev.settle_s is None:
         out.append("not every gang was running at the end")
     elif ev.settle_s > ev.bound_s:
@@ -91,4 +109,52 @@ def violations(ev: Evidence) -> list[str]:
     return out
 
 
-__all__ = ["Evidence", "Revision", "violations"]
+def quota_fencing(revisions: dict[str, list[Revision]]) -> list[str]:
+    out = []
+    confirms = []
+    for plan_id, history in revisions.items():
+        highest = 0
+        for r in history:
+            by_quota = r.record.writer.startswith("quota/")
+            if by_quota and r.record.quota_token < highest:
+                out.append(
+                    f"plan {plan_id} moved to {r.record.state} under quota token "
+                    f"{r.record.quota_token} after quota token {highest}"
+                )
+            highest = max(highest, r.record.quota_token)
+        first = next((r for r in history if r.record.state == CONFIRMED), None)
+        if first is not None:
+            confirms.append((first.seq, first.record.quota_token, plan_id))
+    confirms.sort()
+    for (_, before, earlier), (_, token, plan_id) in itertools.pairwise(confirms):
+        if token < before:
+            out.append(
+                f"plan {plan_id} confirmed under quota token {token} after plan {earlier} "
+                f"was confirmed under {before}: two quota instances confirmed"
+            )
+    return out
+
+
+def plans_in_flight_at_once(revisions: dict[str, list[Revision]]) -> list[str]:
+    """Each confirmed plan is in flight from its confirmation to its drop or close (or the
+    end of the run); two plans of one preemptor must not overlap."""
+    spans: dict[str, list[tuple[int, float, str]]] = defaultdict(list)
+    for plan_id, history in revisions.items():
+        start = next((r.seq for r in history if r.record.state == CONFIRMED), None)
+        if start is None:
+            continue
+        end = next(
+            (r.seq for r in history if r.record.state in (DROPPED, CLOSED, REJECTED)),
+            float("inf"),
+        )
+        spans[history[0].record.preemptor].append((start, end, plan_id))
+    out = []
+    for preemptor, plans in sorted(spans.items()):
+        plans.sort()
+        for (_, end, first), (start, _, second) in itertools.pairwise(plans):
+            if start < end:
+                out.append(f"{preemptor} had plans {first} and {second} in flight at once")
+    return out
+
+
+__all__ = ["Evidence", "Revision", "plans_in_flight_at_once", "quota_fencing", "violations"]

@@ -48,7 +48,7 @@ from tests.chaos import scenario
 from tests.chaos.checker import Evidence, Revision, violations
 from tests.e2e.harness import decisions, read_stream
 
-FAULTS = ("nats", "kill", "pause", "actuators", "messages", "takeover")
+FAULTS = ("nats", "kill", "pause", "actuators", "messages", "takeover", "quota")
 SERVICES = ("ingest", "quota", "victims", "actuator")
 SETTINGS = {
     "GANGPREEMPT_TERMINATION_DELAY": "1",
@@ -64,6 +64,13 @@ MID_ACTUATION = ("before-actuation", "after-claim", "after-eviction")
 
 
 @dataclass
+class Failover:
+    at: float  # wall clock: the active quota was killed or stopped
+    token: int  # the lease token it held
+    next_decision_s: float | None = None  # until a decision under a newer token
+
+
+@dataclass
 class RunResult:
     fault: str
     seed: int
@@ -74,6 +81,7 @@ class RunResult:
     plans_actuated: int = 0
     evictions: int = 0
     restarts: int = 0
+    failovers: list[Failover] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -212,18 +220,21 @@ class ChaosRun:
             points.append(rng.choice(choices))
         return points
 
-    async def holder(self, nc: Client, timeout: float = 10.0) -> Process | None:
-        """The actuator process that holds the lease now (waiting for one to hold it)."""
+    async def holder(
+        self, nc: Client, key: str = "actuator", timeout: float = 10.0
+    ) -> tuple[Process, int] | None:
+        """The process that holds lease ``key`` now, and its token (waiting for one to
+        hold it)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 kv = await nc.jetstream().key_value(self.topology.leases_bucket)
-                parsed = parse_lease((await kv.get("actuator")).value)
+                parsed = parse_lease((await kv.get(key)).value)
                 if parsed is not None:
                     pid = int(parsed[0].split("-")[-2])
                     for p in self.procs.values():
-                        if p.proc is not None and p.proc.pid == pid and p.alive:
-                            return p
+                        if p.proc is not None and p.proc.pid == pid and p.alive and not p.paused:
+                            return p, parsed[1]
             await asyncio.sleep(0.05)
         return None
 
@@ -264,9 +275,10 @@ class ChaosRun:
                     self.note(f"SIGCONT {p.name}", t0)
             for _ in range(0 if paused_itself else rng.randint(1, 2)):
                 await asyncio.sleep(rng.uniform(0.5, 3.0))
-                holder = await self.holder(nc)
-                if holder is None:
+                found = await self.holder(nc)
+                if found is None:
                     continue
+                holder = found[0]
                 pause = LEASE_TTL + rng.uniform(1.0, 5.0)
                 self.note(f"SIGSTOP {holder.name} (lease holder) for {pause:.1f}s", t0)
                 holder.paused = True
@@ -277,18 +289,46 @@ class ChaosRun:
                 self.note(f"SIGCONT {holder.name}", t0)
         elif self.fault == "takeover":
             await self.takeovers(t0)
+        elif self.fault == "quota":
+            await self.quota_failovers(nc, t0)
         elif self.fault == "actuators":
             await asyncio.sleep(rng.uniform(0.5, 4.0))
-            holder = await self.holder(nc)
-            if holder is not None:
-                self.note(f"SIGKILL {holder.name} (lease holder)", t0)
-                holder.signal(signal.SIGKILL)
+            found = await self.holder(nc)
+            if found is not None:
+                self.note(f"SIGKILL {found[0].name} (lease holder)", t0)
+                found[0].signal(signal.SIGKILL)
         elif self.fault == "messages":
             until = time.monotonic() + rng.uniform(3.0, 6.0)
             while time.monotonic() < until:
                 await self.bad_message(nc)
                 await asyncio.sleep(rng.uniform(0.05, 0.3))
             self.note("duplicated, junk, misplaced and invalid messages sent", t0)
+
+    async def quota_failovers(self, nc: Client, t0: float) -> None:
+        """The active quota (the lease holder) SIGKILLed, or SIGSTOPped past its lease
+        and resumed, once or twice, while gangs still arrive and wait."""
+        rng = self.rng
+        for _ in range(rng.randint(1, 2)):
+            await asyncio.sleep(rng.uniform(0.3, 2.5))
+            found = await self.holder(nc, "quota")
+            if found is None:
+                continue
+            holder, token = found
+            self.result.failovers.append(Failover(time.time(), token))
+            if rng.random() < 0.5:
+                self.note(f"SIGKILL {holder.name} (quota lease holder, token {token})", t0)
+                holder.signal(signal.SIGKILL)
+                continue
+            pause = LEASE_TTL + rng.uniform(1.0, 5.0)
+            self.note(
+                f"SIGSTOP {holder.name} (quota lease holder, token {token}) for {pause:.1f}s", t0
+            )
+            holder.paused = True
+            holder.signal(signal.SIGSTOP)
+            await asyncio.sleep(pause)
+            holder.signal(signal.SIGCONT)
+            holder.paused = False
+            self.note(f"SIGCONT {holder.name}", t0)
 
     async def takeovers(self, t0: float, deadline_s: float = 25.0) -> None:
         """Until every planned kill of the actuator has happened (each incarnation kills
@@ -401,14 +441,15 @@ class ChaosRun:
                 continue
             rec = decode_record(msg.data)
             out.setdefault(rec.plan_id, []).append(
-                Revision(msg.metadata.timestamp.timestamp(), rec)
+                Revision(msg.metadata.timestamp.timestamp(), rec, msg.metadata.sequence.stream)
             )
         return out
 
-    def acquisitions(self) -> list[tuple[float, int]]:
+    def acquisitions(self, service: str = "actuator") -> list[tuple[float, int]]:
+        """(wall clock, token) of every lease acquisition ``service``'s processes logged."""
         out = []
         for p in self.procs.values():
-            if p.service != "actuator" or not p.log.exists():
+            if p.service != service or not p.log.exists():
                 continue
             for line in p.log.read_text(errors="replace").splitlines():
                 if '"lease acquired"' not in line:
@@ -433,6 +474,8 @@ class ChaosRun:
                 self.procs[service] = Process(service, service, env, self.logs)
             if self.fault in ("pause", "actuators"):
                 self.procs["actuator-2"] = Process("actuator-2", "actuator", env, self.logs)
+            if self.fault == "quota":
+                self.procs["quota-2"] = Process("quota-2", "quota", env, self.logs)
             if self.fault == "takeover":
                 self.procs["actuator"].planned = self.kill_points()
                 self.result.injected.append(
@@ -472,6 +515,7 @@ class ChaosRun:
                 revisions=await self.records(nc),
                 evictions=evictions(str(self.journal)),
                 acquisitions=self.acquisitions(),
+                quota_acquisitions=self.acquisitions("quota"),
                 settle_s=self.result.settle_s,
                 bound_s=BOUND_S,
             )
@@ -480,6 +524,15 @@ class ChaosRun:
             p.stop()
         self.server.stop()
         self.result.violations = violations(evidence)
+        for f in self.result.failovers:
+            later = [
+                e.occurred_at.timestamp() - f.at
+                for e in evidence.decisions
+                if isinstance(e, events.Admitted | events.PreemptionRequested)
+                and e.quota_token > f.token
+                and e.occurred_at.timestamp() > f.at
+            ]
+            f.next_decision_s = min(later) if later else None
         self.result.plans_actuated = len(
             {e.plan_id for e in evidence.decisions if isinstance(e, events.PlanActuated)}
         )
@@ -508,7 +561,17 @@ def describe(r: RunResult) -> str:
         f"{r.plans_actuated} plans actuated, {r.evictions} evictions, {r.restarts} restarts, "
         f"{r.elapsed_s:.0f}s"
     )
-    lines = [head, *(f"    {i}" for i in r.injected), *(f"    VIOLATION {v}" for v in r.violations)]
+    failovers = [
+        f"    quota failover from token {f.token}: next decision "
+        + (f"{f.next_decision_s:.2f}s after the fault" if f.next_decision_s is not None else "none")
+        for f in r.failovers
+    ]
+    lines = [
+        head,
+        *(f"    {i}" for i in r.injected),
+        *failovers,
+        *(f"    VIOLATION {v}" for v in r.violations),
+    ]
     return "\n".join(lines)
 
 

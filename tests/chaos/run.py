@@ -1,7 +1,7 @@
 """``make chaos``: many chaos runs per fault class, each from a printed seed, every
 invariant checked; figures printed and written to ``bench/results/chaos.json``.
 
-    python -m tests.chaos.run [--fault nats|kill|pause|actuators|messages ...]
+    python -m tests.chaos.run [--fault nats|kill|pause|actuators|messages|takeover|quota ...]
                               [--runs 20] [--seed 1] [--out FILE]
 
 A failed run is reported with its seed: ``--fault F --runs 1 --seed S`` replays its
@@ -46,6 +46,13 @@ def summary(results: list[RunResult]) -> dict[str, object]:
             "settle_max_s": round(max(settles), 2) if settles else None,
             "failed_seeds": [r.seed for r in rs if not r.ok],
         }
+        nexts = [f.next_decision_s for r in rs for f in r.failovers if f.next_decision_s]
+        if nexts:
+            entry = classes[fault]
+            assert isinstance(entry, dict)
+            entry["failovers"] = sum(len(r.failovers) for r in rs)
+            entry["failover_next_decision_p50_s"] = round(statistics.median(nexts), 2)
+            entry["failover_next_decision_max_s"] = round(max(nexts), 2)
     out["classes"] = classes
     return out
 

@@ -55,14 +55,18 @@ class Services:
 
     def start(self, *names: str, extra: dict[str, str] | None = None) -> None:
         for name in names or ("ingest", "quota", "victims", "actuator"):
-            log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "gangpreempt.cli", "serve", name],
-                env=self.env(extra),
-                stdout=log,
-                stderr=log,
-            )
-            log.close()
+            self.start_as(name, name, extra)
+
+    def start_as(self, name: str, service: str, extra: dict[str, str] | None = None) -> None:
+        """Start ``service`` as the process called ``name`` (a second replica)."""
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "gangpreempt.cli", "serve", service],
+            env=self.env(extra),
+            stdout=log,
+            stderr=log,
+        )
+        log.close()
 
     def wait_started(self, timeout: float = 30.0) -> None:
         """Until every started service has logged that it is up (connected, provisioned,

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 import pytest
 from nats.aio.client import Client
 
@@ -32,6 +33,8 @@ from gangpreempt.planning import records as r
 from gangpreempt.replica import StateReplica
 from services import simwire
 from services.ingest.sim import SimCluster
+from services.quota.confirming import Confirmer
+from services.quota.flights import Flights
 from tests.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -225,3 +228,73 @@ async def test_the_sim_refuses_a_token_that_is_not_the_current_leases(
     assert "lease's is" in stale.detail
     assert sim.evictions == {}
     await sim.close()
+
+
+async def test_a_new_quota_holder_adopts_the_records_and_the_old_holders_write_fails(
+    nc: Client, topology: Topology
+) -> None:
+    """The old holder read a request and decided to confirm it, then stopped (a pause)
+    before its write; the lease expired and a new holder adopted the records. The old
+    write, when it comes, fails its compare-and-set, and read again it is refused as
+    stale: the new holder alone answers the request."""
+    js = nc.jetstream()
+    store = RecordStore(await plans_bucket(js, topology))
+    leases = await leases_bucket(js, topology, ttl=1.0)
+    stop = asyncio.Event()
+    old_lease = Lease(leases, "quota", "old", ttl=1.0)
+    old_token = await old_lease.acquire(stop)
+    assert old_token is not None
+    rec = msgspec.structs.replace(requested("p-adopt"), quota_token=old_token)
+    await store.create(rec)
+    read = await store.get("p-adopt")
+    assert read is not None
+    decided = r.advance(
+        read[0], r.CONFIRMED, by=r.QUOTA, now=NOW, proposal=proposal(), quota_token=old_token
+    )
+    # ...the old holder stops here; its lease expires on the server
+    new_lease = Lease(leases, "quota", "new", ttl=1.0)
+    new_token = await asyncio.wait_for(new_lease.acquire(stop), 10)
+    assert new_token is not None
+    assert new_token > old_token
+    book = RecordBook(nc, topology)
+    await book.start()
+    confirmer = Confirmer(
+        store,
+        book,
+        Flights(lambda *_: None, lambda: 0, new_token),
+        Publisher(nc, topology, "quota"),
+        lambda: NOW,
+        "quota/new",
+        new_lease,
+    )
+    assert await confirmer.adopt(new_token) == 1
+    with pytest.raises(Conflict):  # the revision it read is gone
+        await store.put(decided, read[1])
+    with pytest.raises(r.IllegalMove, match="stale"):  # read again: an older token
+        await store.move(
+            "p-adopt",
+            lambda now: r.advance(
+                now, r.CONFIRMED, by=r.QUOTA, now=NOW, proposal=proposal(), quota_token=old_token
+            ),
+        )
+    after = await store.get("p-adopt")
+    assert after is not None
+    assert (after[0].state, after[0].quota_token) == (r.REQUESTED, new_token)
+    assert await confirmer.adopt(new_token) == 0  # once is enough
+    await book.stop()
+    await new_lease.release()
+
+
+def proposal() -> events.PlanProposed:
+    return events.PlanProposed(
+        id="proposed-p-adopt",
+        occurred_at=NOW,
+        plan_id="p-adopt",
+        request_id="req-p-adopt",
+        preemptor="Workload/ns/g",
+        preemptor_uid="",
+        cluster_queue="q",
+        pod_sets=("main",),
+        flavors={},
+        victims=(events.PlannedVictim("Workload/ns/v", "v-uid", "1", "r", "q", 0),),
+    )

@@ -158,16 +158,27 @@ async def test_the_plan_records_are_written_by_quota_and_the_actuator_only(
             await nc.jetstream(timeout=1.0).key_value(TOPOLOGY.plans_bucket)
 
 
-async def test_ingest_reads_the_lease_and_only_the_actuator_holds_it(provisioned: str) -> None:
+async def test_ingest_reads_the_leases_and_each_holder_writes_only_its_own(
+    provisioned: str,
+) -> None:
     async with as_service(provisioned, "actuator") as nc:  # type: ignore[attr-defined]
         kv = await nc.jetstream().key_value(TOPOLOGY.leases_bucket)
         await kv.put("actuator", b"holder 7")
+    async with as_service(provisioned, "quota") as nc:  # type: ignore[attr-defined]
+        kv = await nc.jetstream(timeout=1.0).key_value(TOPOLOGY.leases_bucket)
+        await kv.put("quota", b"quota-holder 9")  # its own lease
+        assert (await kv.get("quota")).value == b"quota-holder 9"
+        with pytest.raises(nats.errors.TimeoutError):  # never the actuator's
+            await kv.put("actuator", b"quota 10")
     async with as_service(provisioned, "ingest") as nc:  # type: ignore[attr-defined]
         kv = await nc.jetstream(timeout=1.0).key_value(TOPOLOGY.leases_bucket)
         assert (await kv.get("actuator")).value == b"holder 7"  # the sim checks tokens
+        assert (await kv.get("quota")).value == b"quota-holder 9"  # and admissions'
         with pytest.raises(nats.errors.TimeoutError):
             await kv.put("actuator", b"ingest 8")
-    async with as_service(provisioned, "quota") as nc:  # type: ignore[attr-defined]
+        with pytest.raises(nats.errors.TimeoutError):
+            await kv.put("quota", b"ingest 8")
+    async with as_service(provisioned, "victims") as nc:  # type: ignore[attr-defined]
         with pytest.raises(nats.errors.TimeoutError):
             await nc.jetstream(timeout=1.0).key_value(TOPOLOGY.leases_bucket)
 

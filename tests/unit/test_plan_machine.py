@@ -1,10 +1,13 @@
-"""The plan record protocol as a state machine, explored by hypothesis: quota, victims
-and two actuators over a compare-and-set store and a fencing sink, with proposals
-duplicated, reordered and redelivered (lost acks), every role crashing at any step
-(losing all it held in memory), and a lease taken over while its old holder still runs
-(a paused process). The roles take the same decisions as the services, through the
-same pure functions (``records.advance``, ``records.actuator_step``); the invariants are
-those the chaos checker applies to real runs."""
+"""The plan record protocol as a state machine, explored by hypothesis: two quota
+instances, victims and two actuators over a compare-and-set store and a fencing sink,
+with proposals duplicated, reordered and redelivered (lost acks), every role crashing
+at any step (losing all it held in memory), and each lease (quota's, the actuator's)
+taken over while its old holder still runs (a paused process). A quota instance decides
+only while it holds its lease, but a write it decided on may land later (a pause
+between its lease check and the write): those writes are queued and land at any later
+step. The roles take the same decisions as the services, through the same pure
+functions (``records.advance``, ``records.actuator_step``, ``records.quota_adopts``);
+the invariants are those the chaos checker applies to real runs."""
 
 from __future__ import annotations
 
@@ -39,7 +42,10 @@ LEGAL = {
     ("actuating", "actuated"),
     ("actuated", "closed"),
     ("dropped", "dropped"),
+    ("requested", "requested"),  # adopted by a new quota lease holder
+    ("actuated", "actuated"),  # the same
 }
+QUOTAS = ("q1", "q2")
 
 
 class Store:
@@ -104,6 +110,15 @@ class Sink:
 
 
 @dataclass
+class Write:
+    """A quota write decided under the lease, on its way to the store."""
+
+    rec: r.PlanRecord
+    revision: int | None  # None: a create
+    quota: str
+
+
+@dataclass
 class Job:
     """What an actuator holds in memory for one plan while it drives it."""
 
@@ -122,7 +137,11 @@ class PlanMachine(RuleBasedStateMachine):
         self.sink = Sink()
         self.events: list[tuple[str, str]] = []  # (type, plan) as published, in order
         self.inbox: list[events.PlanProposed] = []  # quota's unacknowledged proposals
-        self.flights: dict[str, str] = {}  # quota's memory: preemptor -> plan
+        # each quota instance's memory: preemptor -> plan
+        self.flights: dict[str, dict[str, str]] = {q: {} for q in QUOTAS}
+        self.quota_tokens: dict[str, int] = {q: 0 for q in QUOTAS}
+        self.quota_lease = 0  # the token of whoever holds quota's lease now
+        self.writes: list[Write] = []  # quota writes on their way
         self.requests = 0
         self.tokens = 0
         self.actuators: dict[str, int] = {"a1": 0, "a2": 0}  # actuator -> its token
@@ -132,23 +151,66 @@ class PlanMachine(RuleBasedStateMachine):
         return T0 + timedelta(seconds=self.store.clock)
 
     # -- quota -----------------------------------------------------------------------------
-    def rebuild(self) -> None:
-        """quota's flights from the records (what a restart does)."""
-        self.flights = {}
-        for rec, _ in sorted(self.store.records.values(), key=lambda x: x[0].requested_at):
-            if rec.state in r.IN_FLIGHT:
-                self.flights[rec.flight] = rec.plan_id
+    def holder(self) -> str | None:
+        """The quota instance that holds the lease (its check before a write passes)."""
+        return next((q for q, t in self.quota_tokens.items() if t and t == self.quota_lease), None)
 
-    @rule(preemptor=st.sampled_from(PREEMPTORS))
-    def quota_requests(self, preemptor: str) -> None:
-        if preemptor in self.flights:
+    def rebuild(self, q: str) -> None:
+        """``q``'s flights from the records (what a restart or a takeover does)."""
+        flights: dict[str, str] = {}
+        for rec, _ in sorted(self.store.records.values(), key=lambda x: x[0].requested_at):
+            if rec.state in r.IN_FLIGHT and not (
+                rec.state == r.REQUESTED and rec.quota_token < self.quota_tokens[q]
+            ):
+                flights[rec.flight] = rec.plan_id
+        self.flights[q] = flights
+
+    def send(self, write: Write, now: bool) -> None:
+        """A write decided by the holder: stored now, or later (paused before it)."""
+        if now:
+            self.land(write)
+        else:
+            self.writes.append(write)
+
+    def land(self, w: Write) -> None:
+        try:
+            if w.revision is None:
+                self.store.create(w.rec)
+            else:
+                self.store.put(w.rec, w.revision)
+        except Conflict:
+            pass  # a compare-and-set that lost: the holder decides again from a read
+
+    @precondition(lambda self: bool(self.writes))
+    @rule(data=st.data())
+    def a_quota_write_lands(self, data: st.DataObject) -> None:
+        self.land(self.writes.pop(data.draw(st.integers(0, len(self.writes) - 1))))
+
+    @rule(quota=st.sampled_from(QUOTAS))
+    def quota_lease_taken(self, quota: str) -> None:
+        """``quota`` acquires the lease (the other may still run, paused, with writes on
+        their way); it adopts every record whose next move is quota's, then rebuilds."""
+        self.tokens += 1
+        token = self.quota_tokens[quota] = self.quota_lease = self.tokens
+        for _plan_id, (rec, revision) in sorted(self.store.records.items()):
+            if r.quota_adopts(rec, token):
+                adopted = r.advance(rec, rec.state, by=r.QUOTA, now=self.now(), quota_token=token)
+                self.store.put(adopted, revision)
+        self.rebuild(quota)
+
+    @rule(preemptor=st.sampled_from(PREEMPTORS), now=st.booleans())
+    def quota_requests(self, preemptor: str, now: bool) -> None:
+        q = self.holder()
+        if q is None or preemptor in self.flights[q]:
             return  # a plan in flight: no new request
         self.requests += 1
         request_id = f"req-{self.requests}"
         plan_id = events.stable_id("plan", request_id)
-        rec = r.new_record(plan_id, request_id, preemptor, preemptor, self.now())
-        self.store.create(rec)
-        self.flights[preemptor] = plan_id
+        rec = r.new_record(
+            plan_id, request_id, preemptor, preemptor, self.now(), quota_token=self.quota_lease
+        )
+        self.flights[q][preemptor] = plan_id
+        self.send(Write(rec, None, q), now)
 
     def in_state(self, *states: str) -> list[str]:
         return sorted(p for p, (rec, _) in self.store.records.items() if rec.state in states)
@@ -184,11 +246,28 @@ class PlanMachine(RuleBasedStateMachine):
             )
         )
 
+    def claimed(self, q: str, but: str) -> set[str]:
+        """The victims of the plans ``q`` holds (confirmed, actuating, actuated)."""
+        return {
+            v.object
+            for plan_id in self.flights[q].values()
+            if plan_id != but
+            and (found := self.store.records.get(plan_id)) is not None
+            and found[0].state in (r.CONFIRMED, r.ACTUATING, r.ACTUATED)
+            and found[0].proposal is not None
+            for v in found[0].proposal.victims
+        }
+
     @precondition(lambda self: bool(self.inbox))
-    @rule(data=st.data(), ack_lost=st.booleans(), duplicate=st.booleans())
-    def quota_confirms(self, data: st.DataObject, ack_lost: bool, duplicate: bool) -> None:
-        """A proposal delivered (any of those waiting: reordered); its ack may be lost
-        (it is delivered again later) or it may be a duplicate."""
+    @rule(data=st.data(), ack_lost=st.booleans(), duplicate=st.booleans(), now=st.booleans())
+    def quota_confirms(
+        self, data: st.DataObject, ack_lost: bool, duplicate: bool, now: bool
+    ) -> None:
+        """A proposal delivered to the holder (any of those waiting: reordered); its ack
+        may be lost (it is delivered again later) or it may be a duplicate."""
+        q = self.holder()
+        if q is None:
+            return
         i = data.draw(st.integers(0, len(self.inbox) - 1))
         p = self.inbox[i] if (ack_lost or duplicate) else self.inbox.pop(i)
         if duplicate:
@@ -197,15 +276,7 @@ class PlanMachine(RuleBasedStateMachine):
         if found is None or found[0].state != r.REQUESTED:
             return  # answered already: the record holds the answer
         rec, revision = found
-        claimed = {
-            v.object
-            for other, _ in self.store.records.values()
-            if other.plan_id != rec.plan_id
-            and other.state in (r.CONFIRMED, r.ACTUATING, r.ACTUATED)
-            and other.proposal is not None
-            for v in other.proposal.victims
-        }
-        ok = self.flights.get(rec.flight) == rec.plan_id and not claimed & {
+        ok = self.flights[q].get(rec.flight) == rec.plan_id and not self.claimed(q, rec.plan_id) & {
             v.object for v in p.victims
         }
         to = r.CONFIRMED if ok else r.REJECTED
@@ -216,32 +287,51 @@ class PlanMachine(RuleBasedStateMachine):
             now=self.now(),
             proposal=p if ok else None,
             reason="" if ok else "x",
+            quota_token=self.quota_lease,
         )
-        self.store.put(moved, revision)
-        if not ok and self.flights.get(rec.flight) == rec.plan_id:
-            del self.flights[rec.flight]
+        if not ok and self.flights[q].get(rec.flight) == rec.plan_id:
+            del self.flights[q][rec.flight]
+        self.send(Write(moved, revision, q), now)
 
     @precondition(lambda self: bool(self.in_state(r.REQUESTED, r.ACTUATED)))
-    @rule(data=st.data(), end=st.sampled_from((r.EXPIRED, r.CLOSED)))
-    def quota_ends(self, data: st.DataObject, end: str) -> None:
+    @rule(data=st.data(), end=st.sampled_from((r.EXPIRED, r.CLOSED)), now=st.booleans())
+    def quota_ends(self, data: st.DataObject, end: str, now: bool) -> None:
+        q = self.holder()
         source = r.REQUESTED if end == r.EXPIRED else r.ACTUATED
         plans = sorted(p for p, (rec, _) in self.store.records.items() if rec.state == source)
-        if not plans:
+        if q is None or not plans:
             return
         rec, revision = self.store.records[data.draw(st.sampled_from(plans))]
-        self.store.put(r.advance(rec, end, by=r.QUOTA, now=self.now(), reason="x"), revision)
-        if self.flights.get(rec.flight) == rec.plan_id:
-            del self.flights[rec.flight]
+        moved = r.advance(
+            rec, end, by=r.QUOTA, now=self.now(), reason="x", quota_token=self.quota_lease
+        )
+        if self.flights[q].get(rec.flight) == rec.plan_id:
+            del self.flights[q][rec.flight]
+        self.send(Write(moved, revision, q), now)
+
+    @rule(quota=st.sampled_from(QUOTAS))
+    def quota_restarts(self, quota: str) -> None:
+        self.rebuild(quota)
 
     @rule()
-    def quota_restarts(self) -> None:
-        self.rebuild()
-
-    @rule()
-    def quota_learns_the_actuators_ends(self) -> None:
-        for preemptor, plan_id in list(self.flights.items()):
-            if self.store.records[plan_id][0].state in r.TERMINAL:
-                del self.flights[preemptor]
+    def quota_learns_the_records(self) -> None:
+        """The holder follows the records: a flight whose plan ended ends; a request an
+        older holder made after the takeover is no flight (it is expired)."""
+        q = self.holder()
+        if q is None:
+            return
+        for preemptor, plan_id in list(self.flights[q].items()):
+            found = self.store.records.get(plan_id)
+            if found is not None and found[0].state in r.TERMINAL:
+                del self.flights[q][preemptor]
+        for plan_id, (rec, revision) in sorted(self.store.records.items()):
+            if rec.state == r.REQUESTED and rec.quota_token < self.quota_lease:
+                if self.flights[q].get(rec.flight) == plan_id:
+                    del self.flights[q][rec.flight]
+                expired = r.advance(
+                    rec, r.EXPIRED, by=r.QUOTA, now=self.now(), quota_token=self.quota_lease
+                )
+                self.store.put(expired, revision)
 
     # -- actuators -------------------------------------------------------------------------
     @rule(actuator=st.sampled_from(("a1", "a2")))
@@ -390,6 +480,33 @@ class PlanMachine(RuleBasedStateMachine):
             assert states[0] == r.REQUESTED
             for a, b in itertools.pairwise(states):
                 assert (a, b) in LEGAL, states
+
+    @invariant()
+    def quota_never_moves_a_record_under_an_older_token(self) -> None:
+        for history in self.store.history.values():
+            tokens = [rec.quota_token for _, rec in history]
+            assert tokens == sorted(tokens), tokens
+
+    @invariant()
+    def two_quota_instances_never_both_confirm(self) -> None:
+        """Confirmations, in the order they were stored, under tokens that never go down."""
+        confirms = sorted(
+            (at, rec.quota_token)
+            for history in self.store.history.values()
+            for at, rec in history
+            if rec.state == r.CONFIRMED
+        )
+        tokens = [t for _, t in confirms]
+        assert tokens == sorted(tokens), confirms
+
+    @invariant()
+    def a_preemptor_has_one_plan_in_flight(self) -> None:
+        held = [
+            rec.preemptor
+            for rec, _ in self.store.records.values()
+            if rec.state in (r.CONFIRMED, r.ACTUATING, r.ACTUATED)
+        ]
+        assert len(held) == len(set(held)), held
 
     @invariant()
     def no_victim_is_promised_to_two_plans(self) -> None:

@@ -180,3 +180,52 @@ def test_a_request_unanswered_too_long_is_given_up(monkeypatch: pytest.MonkeyPat
     (owed,) = b.flights.take_owed()
     assert (owed.source, owed.target) == (r.REQUESTED, r.EXPIRED)
     assert "ns/gang" in b.flights.failures
+
+
+def test_a_quota_move_under_an_older_token_than_the_records_is_refused() -> None:
+    rec = record(quota_token=7)
+    with pytest.raises(r.IllegalMove, match="quota token 5 is stale"):
+        r.advance(rec, r.CONFIRMED, by=r.QUOTA, now=T0, proposal=proposal(), quota_token=5)
+    with pytest.raises(r.IllegalMove, match="stale"):
+        r.advance(rec, r.EXPIRED, by=r.QUOTA, now=T0, quota_token=6)
+    # the holder's own token (or a newer one) moves it
+    moved = r.advance(rec, r.CONFIRMED, by=r.QUOTA, now=T0, proposal=proposal(), quota_token=7)
+    assert moved.quota_token == 7
+    # the actuator's moves keep quota's token
+    actuating = r.advance(moved, r.ACTUATING, by=r.ACTUATOR, now=T0, fencing_token=2)
+    assert actuating.quota_token == 7
+
+
+@pytest.mark.parametrize("state", [r.REQUESTED, r.ACTUATED])
+def test_a_new_quota_holder_adopts_what_quota_moves_next(state: str) -> None:
+    rec = record(state, quota_token=3, fencing_token=1 if state == r.ACTUATED else 0)
+    assert r.quota_adopts(rec, 4)
+    assert not r.quota_adopts(rec, 3)  # already its own
+    adopted = r.advance(rec, state, by=r.QUOTA, now=T0, quota_token=4)
+    assert (adopted.state, adopted.quota_token) == (state, 4)
+    with pytest.raises(r.IllegalMove, match="adopting it needs a quota token above 4"):
+        r.advance(adopted, state, by=r.QUOTA, now=T0, quota_token=4)
+    # the older holder's move of the adopted record is refused
+    end = r.EXPIRED if state == r.REQUESTED else r.CLOSED
+    with pytest.raises(r.IllegalMove, match="stale"):
+        r.advance(adopted, end, by=r.QUOTA, now=T0, quota_token=3)
+
+
+@pytest.mark.parametrize("state", [r.CONFIRMED, r.ACTUATING, r.DROPPED, r.CLOSED])
+def test_the_actuators_and_the_ended_records_are_not_adopted(state: str) -> None:
+    assert not r.quota_adopts(record(state, quota_token=1), 9)
+
+
+def test_a_request_an_older_holder_made_after_the_takeover_is_no_flight() -> None:
+    seen: list[tuple[str, Flight | None, Flight | None]] = []
+    flights = Flights(lambda k, o, n: seen.append((k, o, n)), lambda: 0, token=5)
+    flights.learn(record(quota_token=5, plan_id="mine"))
+    assert flights.by_preemptor["ns/gang"].plan_id == "mine"
+    stale = record(quota_token=4, plan_id="theirs", at=1)  # newer, but under token 4
+    flights.learn(stale)
+    assert flights.by_preemptor["ns/gang"].plan_id == "mine"
+    assert [(o.plan_id, o.target) for o in flights.take_owed()] == [("theirs", r.EXPIRED)]
+    # one for a preemptor without a flight is expired too, not taken as its flight
+    flights.learn(record(quota_token=4, plan_id="other", at=2, flight="ns/other"))
+    assert "ns/other" not in flights.by_preemptor
+    assert [o.plan_id for o in flights.take_owed()] == ["other"]

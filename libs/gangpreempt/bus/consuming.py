@@ -217,6 +217,9 @@ class Consumer:
             await self._process_batch(msgs, stop)
         with contextlib.suppress(Exception):
             await psub.unsubscribe()
+        # bound again by the next run (quota's next term as the lease holder)
+        self._psub = None
+        self.ready.clear()
 
     async def _process_batch(self, msgs: list[Msg], stop: asyncio.Event) -> None:
         """Handle a batch, up to ``concurrency`` messages at a time (handlers must then be

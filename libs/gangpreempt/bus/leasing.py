@@ -20,9 +20,13 @@ import time
 
 import nats.errors
 import structlog
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from gangpreempt.bus.following import Follower
 from gangpreempt.errors import Fenced
 from gangpreempt.waiting import sleep_or_stop
 
@@ -52,6 +56,45 @@ async def current_token(kv: KeyValue, key: str, timeout: float = 2.0) -> int | N
         return None
     parsed = parse_lease(entry.value)
     return parsed[1] if parsed is not None else None
+
+
+class LeaseView:
+    """Who holds a lease now, as a sink that checks commands against it sees it: a
+    followed copy of the key (no read per command), read again from the bucket when a
+    command's token differs from the copy (the copy may only lag: a new holder's first
+    command can come before its acquisition does)."""
+
+    def __init__(self, nc: Client, bucket: str, key: str) -> None:
+        self.bucket = bucket
+        self.key = key
+        self.token: int | None = None  # the followed copy
+        self._kv: KeyValue | None = None
+        self._follower = Follower(
+            nc, f"KV_{bucket}", f"$KV.{bucket}.{key}", self._on_msg, DeliverPolicy.LAST_PER_SUBJECT
+        )
+        self._nc = nc
+
+    async def _on_msg(self, msg: Msg) -> None:
+        gone = (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE")
+        parsed = None if gone else parse_lease(msg.data)
+        self.token = parsed[1] if parsed is not None else None
+
+    async def start(self) -> None:
+        self._kv = await self._nc.jetstream().key_value(self.bucket)
+        await self._follower.start()
+
+    async def stop(self) -> None:
+        await self._follower.stop()
+
+    async def current(self, token: int) -> int | None:
+        """The lease's token now, for a command that carries ``token`` (None: nobody
+        holds it, or it cannot be read)."""
+        if token == self.token or self._kv is None:
+            return self.token
+        try:
+            return await current_token(self._kv, self.key)
+        except Exception:  # NATS away: the followed copy is all there is
+            return self.token
 
 
 class Lease:
@@ -172,4 +215,4 @@ class Lease:
         self.token = None
 
 
-__all__ = ["Lease", "current_token", "lease_value", "parse_lease"]
+__all__ = ["Lease", "LeaseView", "current_token", "lease_value", "parse_lease"]

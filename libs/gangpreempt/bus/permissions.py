@@ -64,9 +64,10 @@ def _follow(stream: str) -> list[str]:
 def service_permissions(topology: Topology, service: str) -> dict[str, object]:
     """``{"publish": {"allow": [...]}, "subscribe": {"allow": [...]}}`` for ``service``.
 
-    ingest    STATE; its consumer; reads and follows the lease (the sim checks tokens);
+    ingest    STATE; its consumer; reads and follows the leases (the sim checks tokens);
               its status
-    quota     its events; its consumer; the plan records (read, write, follow); its status
+    quota     its events; its consumer; the plan records (read, write, follow); its status;
+              its own lease (key ``quota``)
     victims   its events; its consumer; the plan records (read); answers explain requests
     actuator  its events; the plan records (read, write, follow); the lease; the sim
     """
@@ -88,6 +89,7 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
         publish += _bucket(plans) + _follow(f"KV_{plans}")
         publish.append(f"$JS.API.STREAM.PURGE.KV_{plans}")
         subscribe.append(status_subject(topology, "quota"))  # it answers status requests
+        publish += [f"$KV.{leases}.quota", *_bucket_read(leases)]  # its own lease only
     if service == "victims":
         publish += _bucket_read(plans)
         subscribe.append(explain_subject(topology))  # it explains plans to the admin

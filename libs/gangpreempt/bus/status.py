@@ -21,6 +21,7 @@ class QuotaStatus(msgspec.Struct, frozen=True):
     dirty: bool  # a change waits for the next cycle
     flights: int  # preemptors with a plan in flight
     retry_pending: bool  # a failed attempt waits for its backoff
+    token: int = 0  # the lease token it decides under (only the lease holder answers)
 
     @property
     def idle(self) -> bool:

@@ -3,15 +3,22 @@
 ::
 
     requested --quota--> confirmed --actuator--> actuating --actuator--> actuated --quota--> closed
-        |                    |                     |    ^
-        |                    +--actuator--> dropped +----+  a newer lease holder takes over
+        |  ^                 |                     |    ^                     |  ^
+        +--+                 +--actuator--> dropped +----+  a newer actuator   +--+ a newer quota
+        |  a newer quota adopts it                          takes over              adopts it
         +--quota--> rejected | infeasible | expired
 
 quota creates the record (``requested``) when it asks for a plan, and answers the
 proposal on it (``confirmed`` with the whole proposal, or ``rejected``); the actuator
 drops a confirmed plan or moves it to ``actuating`` under its fencing token **before it
 touches any victim**, and to ``actuated`` once every victim was evicted; quota closes
-an actuated plan when its preemptor is admitted (or gone). ``rejected``,
+an actuated plan when its preemptor is admitted (or gone). Quota and the actuator each
+run under a lease whose token fences their writes: the actuator's token is written with
+``actuating``; quota's (``quota_token``) with every record it creates or moves, and a
+quota instance that takes the lease over first writes again, under its own token, every
+record whose next move is quota's, so a write an older holder still has on its way
+fails its compare-and-set, and ``advance`` refuses any quota move under an older token
+than the record's. ``rejected``,
 ``infeasible``, ``expired``, ``dropped`` and ``closed`` are terminal. A drop is only
 ever written on a ``confirmed`` record, so once a victim is touched the plan can only
 roll forward.
@@ -46,12 +53,21 @@ ACTUATOR = "actuator"
 
 # state -> {next state: the role that may write it}
 MOVES: dict[str, dict[str, str]] = {
-    REQUESTED: {CONFIRMED: QUOTA, REJECTED: QUOTA, INFEASIBLE: QUOTA, EXPIRED: QUOTA},
+    # requested -> requested: a new quota lease holder adopts the request (its token)
+    REQUESTED: {
+        REQUESTED: QUOTA,
+        CONFIRMED: QUOTA,
+        REJECTED: QUOTA,
+        INFEASIBLE: QUOTA,
+        EXPIRED: QUOTA,
+    },
     CONFIRMED: {ACTUATING: ACTUATOR, DROPPED: ACTUATOR},
     ACTUATING: {ACTUATING: ACTUATOR, ACTUATED: ACTUATOR},
-    ACTUATED: {CLOSED: QUOTA},
+    ACTUATED: {ACTUATED: QUOTA, CLOSED: QUOTA},  # actuated -> actuated: adopted, as above
     DROPPED: {DROPPED: ACTUATOR},  # only to mark the PlanDropped event as published
 }
+# The states whose next move is quota's: a new quota lease holder adopts these.
+QUOTA_OWES = frozenset({REQUESTED, ACTUATED})
 TERMINAL = frozenset({REJECTED, INFEASIBLE, EXPIRED, DROPPED, CLOSED})
 # The plan holds its preemptor's place (and its victims) in these states.
 IN_FLIGHT = frozenset({REQUESTED, CONFIRMED, ACTUATING, ACTUATED})
@@ -73,6 +89,9 @@ class PlanRecord(msgspec.Struct, frozen=True, kw_only=True):
     state_seq: int = 0  # the STATE sequence the request was made at
     proposal: events.PlanProposed | None = None  # the plan itself, from confirmation on
     fencing_token: int = 0  # the actuator's lease token (actuating and after)
+    # quota's lease token when it created or last moved the record: a quota instance
+    # whose token is older may move it no more
+    quota_token: int = 0
     actuated: tuple[str, ...] = ()  # victims evicted (actuated)
     reason: str = ""  # why rejected, infeasible, expired, dropped or closed
     announced: bool = False  # the actuator's PlanDropped / PlanActuated is published
@@ -90,6 +109,7 @@ def new_record(
     now: datetime,
     state_seq: int = 0,
     writer: str = "",
+    quota_token: int = 0,
 ) -> PlanRecord:
     return PlanRecord(
         plan_id=plan_id,
@@ -100,6 +120,7 @@ def new_record(
         updated_at=now,
         state_seq=state_seq,
         writer=writer,
+        quota_token=quota_token,
     )
 
 
@@ -123,6 +144,17 @@ def advance(rec: PlanRecord, to: str, *, by: str, now: datetime, **changes: Any)
         )
     if rec.state == DROPPED and (rec.announced or not changes.get("announced")):
         raise IllegalMove(f"plan {rec.plan_id}: dropped is terminal")
+    if by == QUOTA:
+        quota_token = changes.get("quota_token", rec.quota_token)
+        if quota_token < rec.quota_token:
+            raise IllegalMove(
+                f"plan {rec.plan_id}: quota token {quota_token} is stale: the record was "
+                f"written under quota token {rec.quota_token}"
+            )
+        if to == rec.state and quota_token <= rec.quota_token:
+            raise IllegalMove(
+                f"plan {rec.plan_id}: adopting it needs a quota token above {rec.quota_token}"
+            )
     return msgspec.structs.replace(rec, state=to, updated_at=now, **changes)
 
 
@@ -151,6 +183,13 @@ def actuator_step(rec: PlanRecord, token: int, stale: str | None = None) -> str:
     return NOTHING
 
 
+def quota_adopts(rec: PlanRecord, token: int) -> bool:
+    """Whether a quota instance that took the lease with ``token`` must adopt ``rec``
+    (write it again under its token) before it acts: quota's move is next, and an older
+    holder may still have a write of it on the way (its compare-and-set then fails)."""
+    return rec.state in QUOTA_OWES and rec.quota_token < token
+
+
 def actuator_owes(rec: PlanRecord) -> bool:
     """Whether the actuator still has work on this record."""
     return rec.state in (CONFIRMED, ACTUATING) or (rec.state == DROPPED and not rec.announced)
@@ -172,6 +211,7 @@ __all__ = [
     "MOVES",
     "NOTHING",
     "QUOTA",
+    "QUOTA_OWES",
     "REJECTED",
     "REQUESTED",
     "RESUME",
@@ -185,4 +225,5 @@ __all__ = [
     "actuator_step",
     "advance",
     "new_record",
+    "quota_adopts",
 ]
