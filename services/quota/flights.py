@@ -82,13 +82,13 @@ class Flights:
         attempt is retried once the state is past ``failed_seq`` (default: now)."""
         key = rec.flight
         current = self.by_preemptor.get(key)
-        if rec.state == records.REQUESTED and rec.quota_token < self.token:
+        stale = rec.state == records.REQUESTED and rec.quota_token < self.token
+        if stale and (current is None or current.plan_id != rec.plan_id):
             # Made by an older lease holder after this one adopted the requests (its
             # write was on its way): it is no flight of this holder's, and nobody may
             # confirm it.
-            if current is None or current.plan_id != rec.plan_id:
-                self.owe(rec, EXPIRED, "requested under an older quota lease")
-                return
+            self.owe(rec, EXPIRED, "requested under an older quota lease")
+            return
         if current is not None and current.plan_id != rec.plan_id:
             if rec.state not in IN_FLIGHT or rec.requested_at <= current.record.requested_at:
                 self._orphan(rec)
