@@ -10,7 +10,15 @@ import pytest
 from tests.chaos.harness import FAULTS, chaos_run, describe, log_tails
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
-SEEDS = {"nats": 10, "kill": 11, "pause": 11, "actuators": 10, "messages": 10, "takeover": 103}
+SEEDS = {
+    "nats": 10,
+    "kill": 11,
+    "pause": 11,
+    "actuators": 10,
+    "messages": 10,
+    "takeover": 103,
+    "quota": 2,
+}
 
 
 @pytest.mark.parametrize("fault", FAULTS)
