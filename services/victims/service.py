@@ -33,7 +33,7 @@ from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.planning.records import REQUESTED
 from gangpreempt.telemetry import metrics
 from services.livestate import LiveState, key_of
-from services.runtime import ServiceContext
+from services.runtime import ServiceContext, fault
 
 log = structlog.get_logger("gangpreempt.victims")
 
@@ -95,7 +95,9 @@ class Victims:
             log.info("request already answered", plan_id=plan_id, state=found[0].state)
             return
         await self.replica.wait_seq(event.state_seq)
-        await self.ctx.publisher.publish(self.answer(event))
+        answer = self.answer(event)
+        fault("before-answer")  # the search done, its answer not yet sent
+        await self.ctx.publisher.publish(answer)
 
     def answer(self, req: events.PreemptionRequested) -> events.Event:
         state, now = self.replica.state, self.ctx.now()

@@ -16,7 +16,9 @@ the lease acquisitions the actuators logged.
    the bucket stored them, under quota tokens that never go down (two quota instances
    never both confirm);
 9. no preemptor with two plans in flight at once (confirmed, and neither dropped nor
-   closed before the other was confirmed).
+   closed before the other was confirmed);
+10. every request answered once by the victims replicas (unless the run duplicated
+    events on purpose).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class Evidence:
     acquisitions: list[tuple[float, int]] = field(default_factory=list)  # (at, token)
     quota_acquisitions: list[tuple[float, int]] = field(default_factory=list)
     settle_s: float | None = None  # faults end -> every gang running (None: never)
+    duplicated: bool = False  # the run published copies of events on purpose
     bound_s: float = 0.0
 
 
@@ -100,6 +103,8 @@ def violations(ev: Evidence) -> list[str]:
     for preemptor, plans in sorted(actuated.items()):
         if len(plans) > 1:
             out.append(f"{preemptor} has {len(plans)} actuated plans: {sorted(plans)}")
+    if not ev.duplicated:
+        out += answered_more_than_once(ev.decisions)
     out += quota_fencing(ev.revisions)
     out += plans_in_flight_at_once(ev.revisions)
     if ev.settle_s is None:
@@ -107,6 +112,18 @@ def violations(ev: Evidence) -> list[str]:
     elif ev.settle_s > ev.bound_s:
         out.append(f"settled {ev.settle_s:.1f}s after the faults stopped (bound {ev.bound_s}s)")
     return out
+
+
+def answered_more_than_once(decisions: list[events.Event]) -> list[str]:
+    answers: dict[str, list[str]] = defaultdict(list)
+    for d in decisions:
+        if isinstance(d, events.PlanProposed | events.PreemptionInfeasible):
+            answers[d.request_id].append(events.event_type(d))
+    return [
+        f"request {request_id} answered {len(kinds)} times: {', '.join(kinds)}"
+        for request_id, kinds in sorted(answers.items())
+        if len(kinds) > 1
+    ]
 
 
 def quota_fencing(revisions: dict[str, list[Revision]]) -> list[str]:
@@ -157,4 +174,11 @@ def plans_in_flight_at_once(revisions: dict[str, list[Revision]]) -> list[str]:
     return out
 
 
-__all__ = ["Evidence", "Revision", "plans_in_flight_at_once", "quota_fencing", "violations"]
+__all__ = [
+    "Evidence",
+    "Revision",
+    "answered_more_than_once",
+    "plans_in_flight_at_once",
+    "quota_fencing",
+    "violations",
+]

@@ -12,6 +12,10 @@ Fault classes:
 - ``actuators``: two actuators throughout, the holder SIGKILLed once;
 - ``messages``: duplicated events (new message ids, past the stream's deduplication),
   junk bytes and events on the wrong subject on every subject, invalid state objects;
+- ``quota``: two quota instances; the active one (the lease holder) SIGKILLed, or
+  SIGSTOPped past its lease and resumed, once or twice while gangs arrive;
+- ``victims``: two victims replicas sharing the consumer; 1-3 times a replica kills
+  itself after a search, before its answer is sent;
 - ``takeover``: the actuator kills itself 1-4 times, each incarnation at a point drawn
   from the seed (after its Nth eviction, after its Nth claim, between the events of its
   Nth plan and its ``actuated`` write, right after it took a half-done plan over), with
@@ -48,7 +52,7 @@ from tests.chaos import scenario
 from tests.chaos.checker import Evidence, Revision, violations
 from tests.e2e.harness import decisions, read_stream
 
-FAULTS = ("nats", "kill", "pause", "actuators", "messages", "takeover", "quota")
+FAULTS = ("nats", "kill", "pause", "actuators", "messages", "takeover", "quota", "victims")
 SERVICES = ("ingest", "quota", "victims", "actuator")
 SETTINGS = {
     "GANGPREEMPT_TERMINATION_DELAY": "1",
@@ -287,8 +291,8 @@ class ChaosRun:
                 holder.signal(signal.SIGCONT)
                 holder.paused = False
                 self.note(f"SIGCONT {holder.name}", t0)
-        elif self.fault == "takeover":
-            await self.takeovers(t0)
+        elif self.fault in ("takeover", "victims"):
+            await self.self_kills(t0)
         elif self.fault == "quota":
             await self.quota_failovers(nc, t0)
         elif self.fault == "actuators":
@@ -330,13 +334,12 @@ class ChaosRun:
             holder.paused = False
             self.note(f"SIGCONT {holder.name}", t0)
 
-    async def takeovers(self, t0: float, deadline_s: float = 25.0) -> None:
-        """Until every planned kill of the actuator has happened (each incarnation kills
+    async def self_kills(self, t0: float, deadline_s: float = 25.0) -> None:
+        """Until every planned kill has happened (each incarnation of a process kills
         itself at its point); a point not reached in time is replaced by a SIGKILL."""
         deadline = t0 + deadline_s
         while time.monotonic() < deadline:
-            done = [p for p in self.procs.values() if p.service == "actuator"]
-            if all(not p.planned and not p.armed for p in done):
+            if all(not p.planned and not p.armed for p in self.procs.values()):
                 return
             await asyncio.sleep(0.05)
         for p in self.procs.values():
@@ -476,6 +479,16 @@ class ChaosRun:
                 self.procs["actuator-2"] = Process("actuator-2", "actuator", env, self.logs)
             if self.fault == "quota":
                 self.procs["quota-2"] = Process("quota-2", "quota", env, self.logs)
+            if self.fault == "victims":
+                self.procs["victims-2"] = Process("victims-2", "victims", env, self.logs)
+                for _ in range(self.rng.randint(1, 3)):  # killed mid-search, either replica
+                    replica = self.procs[self.rng.choice(("victims", "victims-2"))]
+                    replica.planned.append(f"before-answer#{self.rng.randint(1, 5)}")
+                for p in (self.procs["victims"], self.procs["victims-2"]):
+                    if p.planned:
+                        self.result.injected.append(
+                            f"  0.0s {p.name} to kill itself at {', '.join(p.planned)}"
+                        )
             if self.fault == "takeover":
                 self.procs["actuator"].planned = self.kill_points()
                 self.result.injected.append(
@@ -518,6 +531,7 @@ class ChaosRun:
                 quota_acquisitions=self.acquisitions("quota"),
                 settle_s=self.result.settle_s,
                 bound_s=BOUND_S,
+                duplicated=self.fault == "messages",
             )
             await replica.stop()
         for p in self.procs.values():

@@ -38,7 +38,15 @@ def summary(results: list[RunResult]) -> dict[str, object]:
             "failed": sum(not r.ok for r in rs),
             "violations": sum(len(r.violations) for r in rs),
             "faults_injected": sum(
-                len([i for i in r.injected if "restarted" not in i and "SIGCONT" not in i])
+                len(
+                    [
+                        i
+                        for i in r.injected
+                        if "restarted" not in i
+                        and "SIGCONT" not in i
+                        and " to kill itself at " not in i  # a plan; its kills are noted
+                    ]
+                )
                 for r in rs
             ),
             "restarts": sum(r.restarts for r in rs),

@@ -18,6 +18,7 @@ SEEDS = {
     "messages": 10,
     "takeover": 103,
     "quota": 2,
+    "victims": 1,
 }
 
 
