@@ -54,7 +54,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Seconds a preemption request waits for its proposal (quota then gives it up and
     # retries), and a confirmed plan for a live read that works (the actuator then drops it).
     plan_timeout: float = 10.0
-    lease_ttl: float = 10.0
+    lease_ttl: float = 10.0  # quota's and the actuator's leases
+    # quota: seconds an ended plan's record is kept (then deleted, and its delete marker
+    # purged as long again later: the bucket holds what is recent, not every plan ever)
+    record_retention: float = 3600.0
 
 
 _FIELDS = {f.name: f for f in msgspec.structs.fields(Settings)}
@@ -65,6 +68,7 @@ _POSITIVE = {
     "plan_timeout",
     "lease_ttl",
     "relist_interval",
+    "record_retention",
 }
 _INTEGERS = {"stream_replicas": (1, 5), "health_port": (0, 65535)}
 _CHOICES = {

@@ -52,7 +52,7 @@ class Actuator:
             SimSink(ctx.nc, ctx.topology) if ctx.settings.sink == "sim" else LogSink(self.replica)
         )
         self.holder = f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
-        self.book = RecordBook(ctx.nc, ctx.topology)
+        self.book = RecordBook(ctx.nc, ctx.topology, 2 * ctx.settings.record_retention)
         self.book.on_change(self.changed)
         self.wake = asyncio.Event()
         self.owed: set[str] = set()  # plans whose record owes the actuator work

@@ -55,7 +55,6 @@ MAX_TRACES = 10_000  # preemptors whose plan's trace is kept for their admission
 log = structlog.get_logger("gangpreempt.quota")
 BURST_WAITS = 4
 TICK_S = 1.0  # at least this often: overdue requests, owed record moves, backoffs
-RETENTION_S = 3600.0  # a record in a terminal state is deleted this long after its end
 LEASE_KEY = "quota"
 
 
@@ -88,7 +87,7 @@ class Quota:
         self.traces: OrderedDict[str, dict[str, str]] = OrderedDict()  # preemptor -> trace
         self.flights = Flights(self.flight_changed, lambda: self.replica.seq)
         self.nodes = NodeBook()
-        self.book = RecordBook(ctx.nc, ctx.topology)
+        self.book = RecordBook(ctx.nc, ctx.topology, 2 * ctx.settings.record_retention)
         self.book.on_change(self.record_changed)
         self.dirty = asyncio.Event()
         self.changes = 0  # state changes applied, to tell a burst that is still arriving
@@ -175,11 +174,24 @@ class Quota:
             self.published.pop(old.key, None)  # forget it: a new one may reuse the name
             self.flights.forget(old.key)
             self.flights.end(old.key, "the workload was deleted")
+            self.gone(old.key, f"Workload/{old.key}")
         if kind == "Pod" and new is None and old is not None:
             pod_gone(self.replica.state, old, self.published, self.flights)
+            group = f"PodGroup/{old.group}" if old.group else ""
+            self.gone(old.ref, old.ref, group, group)
         if kind == "PodGroup" and new is None and old is not None:
             group_gone(old, self.published, self.flights)
+            self.gone(old.ref, old.ref)
         self.dirty.set()
+
+    def gone(self, *pairs: str) -> None:
+        """Preemptors left (given as flight key, ref, flight key, ref...): what was kept
+        for their admission (their plan's trace, when their victims were actuated) goes
+        too."""
+        for key, ref in zip(pairs[::2], pairs[1::2], strict=True):
+            if key:
+                self.traces.pop(key, None)
+                metrics.hop_forgotten("actuated", ref)
 
     # -- the admission cycle -----------------------------------------------------------------
     async def cycles(self, term: asyncio.Event) -> None:
@@ -266,14 +278,15 @@ class Quota:
             self.flights.owed[:0] = await self.confirmer.pay(owed)
         now, clock = self.ctx.now(), time.monotonic()
         store = self.confirmer.store
+        retention = self.ctx.settings.record_retention
         for plan_id, (rec, revision) in list(self.book.records.items()):
-            if rec.state in TERMINAL and (now - rec.updated_at).total_seconds() > RETENTION_S:
+            if rec.state in TERMINAL and (now - rec.updated_at).total_seconds() > retention:
                 try:
                     await store.delete(plan_id, revision)
                 except Exception as exc:
                     log.debug("old record not deleted", plan_id=plan_id, error=repr(exc))
         for plan_id, deleted in list(self.book.tombstones.items()):
-            if clock - deleted > RETENTION_S:  # every follower has seen the deletion
+            if clock - deleted > retention:  # every follower has seen the deletion
                 try:
                     await store.purge(plan_id)
                     del self.book.tombstones[plan_id]

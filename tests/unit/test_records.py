@@ -10,6 +10,8 @@ import msgspec
 import pytest
 
 from gangpreempt import events
+from gangpreempt.bus import records as records_bus
+from gangpreempt.bus.topology import Topology
 from gangpreempt.planning import records as r
 from services.quota.flights import ADMITTING, CONFIRMED, REQUESTED, Flight, Flights
 
@@ -229,3 +231,24 @@ def test_a_request_an_older_holder_made_after_the_takeover_is_no_flight() -> Non
     flights.learn(record(quota_token=4, plan_id="other", at=2, flight="ns/other"))
     assert "ns/other" not in flights.by_preemptor
     assert [o.plan_id for o in flights.take_owed()] == ["other"]
+
+
+class _NoNats:
+    def jetstream(self) -> None:
+        return None
+
+
+def test_a_record_books_delete_markers_are_forgotten_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(records_bus.time, "monotonic", lambda: clock[0])
+    book = records_bus.RecordBook(_NoNats(), Topology("t"), keep_tombstones=60)  # type: ignore[arg-type]
+    for i in range(5):
+        book.learn(record(plan_id=f"p{i}"), 1)
+        book.learn(None, 2, f"p{i}")  # deleted
+        clock[0] += 20
+    # each delete is remembered for 60 s, the oldest forgotten first: a follower that
+    # never purges (the actuator, a standby) holds as many as a minute's worth
+    assert list(book.tombstones) == ["p1", "p2", "p3", "p4"]  # p0 was 80 s old
+    assert book.records == {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -125,11 +126,14 @@ class RecordStore:
 class RecordBook:
     """Every plan record, as the bucket has it, kept current by a ``Follower``."""
 
-    def __init__(self, nc: Client, topology: Topology) -> None:
+    def __init__(self, nc: Client, topology: Topology, keep_tombstones: float = 7200.0) -> None:
         self.topology = topology
         self.prefix = f"$KV.{topology.plans_bucket}."
         self.records: dict[str, Versioned] = {}
-        self.tombstones: dict[str, float] = {}  # deleted plan -> when (monotonic) it was learned
+        # deleted plan -> when (monotonic) it was learned, oldest first; forgotten after
+        # ``keep_tombstones`` seconds (quota purges the delete markers before that)
+        self.tombstones: OrderedDict[str, float] = OrderedDict()
+        self.keep_tombstones = keep_tombstones
         self._listeners: list[Callable[[PlanRecord | None, PlanRecord | None], None]] = []
         self.follower = Follower(
             nc,
@@ -170,7 +174,13 @@ class RecordBook:
         old = known[0] if known is not None else None
         if rec is None:
             self.records.pop(key, None)
-            self.tombstones[key] = time.monotonic()
+            now = time.monotonic()
+            self.tombstones[key] = now
+            self.tombstones.move_to_end(key)
+            while self.tombstones and now - next(iter(self.tombstones.values())) > (
+                self.keep_tombstones
+            ):
+                self.tombstones.popitem(last=False)
         else:
             self.records[key] = (rec, revision)
         for listener in self._listeners:

@@ -474,7 +474,12 @@ def _service_options(f: Any) -> Any:
             help="quota, actuator: seconds a plan may wait [GANGPREEMPT_PLAN_TIMEOUT].",
         ),
         click.option(
-            "--lease-ttl", help="actuator: lease length in seconds [GANGPREEMPT_LEASE_TTL]."
+            "--lease-ttl",
+            help="quota, actuator: lease length in seconds [GANGPREEMPT_LEASE_TTL].",
+        ),
+        click.option(
+            "--record-retention",
+            help="quota: seconds an ended plan's record is kept [GANGPREEMPT_RECORD_RETENTION].",
         ),
         click.option("--log-level", help="debug, info, warning, error [GANGPREEMPT_LOG_LEVEL]."),
     ]

@@ -209,6 +209,11 @@ def hop_started(kind: str, key: str, at: datetime) -> None:
     _starts.put(kind, key, at)
 
 
+def hop_forgotten(kind: str, key: str) -> None:
+    """The hop that started will not end (its preemptor is gone): forget its start."""
+    _starts.take(kind, key)
+
+
 def _note_start(event: events.Event) -> None:
     """A consumed event that starts a hop its consumer ends: the request (victims
     answers it) and the proposal (quota confirms it). The other hops start from the
@@ -364,6 +369,7 @@ __all__ = [
     "core_call",
     "exposition",
     "hop",
+    "hop_forgotten",
     "hop_started",
     "idle",
     "plan_actuated",
