@@ -37,11 +37,12 @@ from services.ingest.kubernetes import KubeSource
 from services.ingest.sim import SimCluster, split_ref
 from services.ingest.sources import ManifestSource
 from services.ingest.timeline import Step, load_timeline, matches
-from services.runtime import ServiceContext, sleep_or_stop
+from services.runtime import ServiceContext, fault, sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.ingest")
 
 ACK_WINDOW = 500  # state messages in flight before their acks are awaited
+WHOLE = 20  # a publish of at least this many objects is taken for a whole state's (tests)
 
 
 class Ingest:
@@ -92,7 +93,9 @@ class Ingest:
         acks: list[asyncio.Future[Any]] = []
         template = f"{self.ctx.topology.prefix}.state"
         with publish_batch_span(template, len(upserts) + len(deletes)):
-            for obj in upserts:
+            for i, obj in enumerate(upserts):
+                if i == WHOLE // 2:
+                    fault("relist")  # halfway through a whole state's publish
                 await self.put(obj, acks)
                 await self._settle(acks, ACK_WINDOW)
             for kind, key in deletes:

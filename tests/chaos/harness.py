@@ -16,6 +16,10 @@ Fault classes:
   SIGSTOPped past its lease and resumed, once or twice while gangs arrive;
 - ``victims``: two victims replicas sharing the consumer; 1-3 times a replica kills
   itself after a search, before its answer is sent;
+- ``relist``: the cluster is an API server (``kubeworld``: the in-repo one, with Kueue,
+  kube-scheduler and the kubelet played around it), ingest lists and watches it and
+  relists every 2 s, the actuator writes to it; ingest kills itself 1-3 times halfway
+  through publishing a whole state (its first list, or a relist), and is restarted;
 - ``takeover``: the actuator kills itself 1-4 times, each incarnation at a point drawn
   from the seed (after its Nth eviction, after its Nth claim, between the events of its
   Nth plan and its ``actuated`` write, right after it took a half-done plan over), with
@@ -50,9 +54,20 @@ from gangpreempt.replica import StateReplica
 from services.ingest.journal import evictions
 from tests.chaos import scenario
 from tests.chaos.checker import Evidence, Revision, violations
+from tests.chaos.kubeworld import KubeWorld
 from tests.e2e.harness import decisions, read_stream
 
-FAULTS = ("nats", "kill", "pause", "actuators", "messages", "takeover", "quota", "victims")
+FAULTS = (
+    "nats",
+    "kill",
+    "pause",
+    "actuators",
+    "messages",
+    "takeover",
+    "quota",
+    "victims",
+    "relist",
+)
 SERVICES = ("ingest", "quota", "victims", "actuator")
 SETTINGS = {
     "GANGPREEMPT_TERMINATION_DELAY": "1",
@@ -175,6 +190,8 @@ class ChaosRun:
         self.supervising = True
         self.gangs: list[scenario.Gang] = []
         self.t0 = time.monotonic()
+        self.world: KubeWorld | None = None
+        self.converge_failures: list[str] = []
 
     # -- setting up --------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -291,7 +308,7 @@ class ChaosRun:
                 holder.signal(signal.SIGCONT)
                 holder.paused = False
                 self.note(f"SIGCONT {holder.name}", t0)
-        elif self.fault in ("takeover", "victims"):
+        elif self.fault in ("takeover", "victims", "relist"):
             await self.self_kills(t0)
         elif self.fault == "quota":
             await self.quota_failovers(nc, t0)
@@ -422,6 +439,37 @@ class ChaosRun:
                     return False
         return True
 
+    def differences(self, replica: StateReplica) -> list[str]:
+        """Pods and Workloads whose version on STATE is not the API server's (or that
+        only one of them has)."""
+        assert self.world is not None
+        server = {
+            (kind, f"{ns}/{name}"): str(obj["metadata"].get("resourceVersion", ""))
+            for kind, plural, group in (
+                ("Pod", "pods", ""),
+                ("Workload", "workloads", "kueue.x-k8s.io"),
+            )
+            for (ns, name), obj in self.world.server.objects[(group, plural)].items()
+        }
+        state = {("Pod", k): p.resource_version for k, p in replica.state.pods.items()}
+        state |= {("Workload", k): w.resource_version for k, w in replica.state.workloads.items()}
+        return sorted(
+            f"{kind}/{key}: {state.get((kind, key), 'absent')} on STATE, "
+            f"{server.get((kind, key), 'absent')} on the API server"
+            for kind, key in server.keys() | state.keys()
+            if state.get((kind, key)) != server.get((kind, key))
+        )
+
+    async def converged(self, replica: StateReplica, deadline: float) -> None:
+        """STATE ends as the API server is (ingest, restarted mid-relist, caught up)."""
+        while self.differences(replica) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        left = self.differences(replica)
+        if left:
+            self.converge_failures = [
+                f"STATE did not converge to the API server within the bound: {d}" for d in left[:5]
+            ]
+
     async def quiet(self, nc: Client, timeout: float = 20.0) -> None:
         """Until no record is confirmed or actuating: nothing in hand that could still
         act while the evidence is read."""
@@ -473,6 +521,20 @@ class ChaosRun:
         async with connected(self.server.url, "chaos") as nc:
             await provision(nc.jetstream(), self.topology, lease_ttl=LEASE_TTL)
             env = self.env()
+            if self.fault == "relist":
+                # The cluster is an API server: ingest lists and watches it, the actuator
+                # writes to it, and the world plays Kueue, kube-scheduler and the kubelet.
+                self.world = KubeWorld(
+                    self.dir / "scenario", float(SETTINGS["GANGPREEMPT_TERMINATION_DELAY"])
+                )
+                kubeconfig = str(self.dir / "kubeconfig")
+                await self.world.start(nc, self.topology, kubeconfig)
+                env.update(
+                    GANGPREEMPT_SOURCE="kubernetes",
+                    GANGPREEMPT_SINK="kubernetes",
+                    GANGPREEMPT_KUBECONFIG=kubeconfig,
+                    GANGPREEMPT_RELIST_INTERVAL="2",
+                )
             for service in SERVICES:
                 self.procs[service] = Process(service, service, env, self.logs)
             if self.fault in ("pause", "actuators"):
@@ -489,6 +551,14 @@ class ChaosRun:
                         self.result.injected.append(
                             f"  0.0s {p.name} to kill itself at {', '.join(p.planned)}"
                         )
+            if self.fault == "relist":  # killed halfway through its Nth whole publish
+                ingest = self.procs["ingest"]
+                ingest.planned = [
+                    f"relist#{self.rng.randint(1, 3)}" for _ in range(self.rng.randint(1, 3))
+                ]
+                self.result.injected.append(
+                    f"  0.0s ingest to kill itself at {', '.join(ingest.planned)}"
+                )
             if self.fault == "takeover":
                 self.procs["actuator"].planned = self.kill_points()
                 self.result.injected.append(
@@ -519,14 +589,21 @@ class ChaosRun:
                     await asyncio.sleep(0.1)
                 if self.running(replica):
                     self.result.settle_s = max(0.0, time.monotonic() - faults_end)
+                if self.world is not None:
+                    await self.converged(replica, faults_end + BOUND_S)
                 await self.quiet(nc)
             finally:
                 self.supervising = False
                 await supervisor
+            revisions = await self.records(nc)
             evidence = Evidence(
                 decisions=await decisions(nc, self.topology),
-                revisions=await self.records(nc),
-                evictions=evictions(str(self.journal)),
+                revisions=revisions,
+                evictions=(
+                    self.world.evictions(revisions)
+                    if self.world is not None
+                    else evictions(str(self.journal))
+                ),
                 acquisitions=self.acquisitions(),
                 quota_acquisitions=self.acquisitions("quota"),
                 settle_s=self.result.settle_s,
@@ -536,8 +613,10 @@ class ChaosRun:
             await replica.stop()
         for p in self.procs.values():
             p.stop()
+        if self.world is not None:
+            await self.world.stop()
         self.server.stop()
-        self.result.violations = violations(evidence)
+        self.result.violations = violations(evidence) + self.converge_failures
         for f in self.result.failovers:
             later = [
                 e.occurred_at.timestamp() - f.at

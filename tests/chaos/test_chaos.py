@@ -19,6 +19,7 @@ SEEDS = {
     "takeover": 103,
     "quota": 2,
     "victims": 1,
+    "relist": 5,
 }
 
 
