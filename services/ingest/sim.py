@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any
@@ -68,6 +69,8 @@ def split_ref(ref: str) -> tuple[str, str]:
 
 
 ACTUATOR_LEASE = "actuator"
+EVICTIONS_KEPT_S = 3600.0  # how long a victim's evicting plan is remembered
+SOFT_EVICTED_KEPT = 10_000  # soft-evicted pods listed in the stats, newest
 QUOTA_LEASE = "quota"
 
 
@@ -87,10 +90,12 @@ class SimCluster:
         self.journal = journal
         self.world = ClusterState()
         self.rv = 0
-        self.evictions: dict[str, int] = {}
+        self.evictions: dict[str, int] = {}  # victim ref -> evictions applied (stats)
         # victim (workload key, or the ref of a node-level unit) -> the plan that evicted
         # it: a repeat by that plan is answered "already evicted", even once it is gone
         self.evicted_by: dict[str, str] = {}
+        # victim -> (when, its ref), oldest first: what is forgotten after an hour
+        self._evicted_at: OrderedDict[str, tuple[float, str]] = OrderedDict()
         self.max_token = 0
         self.soft_evicted: list[str] = []
         self._timers: set[asyncio.Task[None]] = set()
@@ -142,6 +147,12 @@ class SimCluster:
             await asyncio.sleep(0.2)
             self._again(item)
             return
+        kind, key = item[0], item[1]
+        stored = f"{kind}/{key}@{self._versions.get((kind, key), 0)}-deleted"
+        if event.id == stored and kinds.get(self.world, kind, key) is None:
+            # nothing of the object is kept once its deletion is on STATE
+            self._versions.pop((kind, key), None)
+            self._deleted_uids.pop((kind, key), None)
         self._outbox.task_done()
 
     def _event_for(self, kind: str, key: str) -> events.Event:
@@ -335,8 +346,7 @@ class SimCluster:
         conditions = with_condition(wl.conditions, Condition(EVICTED, "True", "Preempted", now))
         conditions = with_condition(conditions, Condition(PREEMPTED, "True", req.reason, now))
         await self.upsert(msgspec.structs.replace(wl, conditions=conditions))
-        self.evicted_by[key] = req.plan_id
-        self.evictions[req.ref] = self.evictions.get(req.ref, 0) + 1
+        self.remember(key, req.ref, req.plan_id)
         log.info("evicting", workload=req.ref, plan_id=req.plan_id, delay=self.termination_delay)
         for ref in req.pods:  # its pods, when they are known, terminate with it
             pod = self.world.pods.get(ref.removeprefix("Pod/"))
@@ -371,14 +381,31 @@ class SimCluster:
                 labels = {**pod.labels, SOFT_EVICTION_LABEL: f"plan-{req.plan_id}"}
                 pod = await self.upsert(msgspec.structs.replace(pod, labels=labels))
                 self.soft_evicted.append(pod.ref)
+                del self.soft_evicted[:-SOFT_EVICTED_KEPT]
             # the kubelet (or, after a soft eviction, the cleaning operator) deletes it
             await self.upsert(msgspec.structs.replace(pod, terminating=True))
             applied = True
             self._later(self._delete_later(pod.key, pod.uid))
-        self.evicted_by[req.ref] = req.plan_id
-        self.evictions[req.ref] = self.evictions.get(req.ref, 0) + 1
+        self.remember(req.ref, req.ref, req.plan_id)
         log.info("evicting pods", victim=req.ref, pods=len(pods), mode=req.mode or "delete")
         return EvictReply(ok=True, applied=applied)
+
+    def remember(self, victim: str, ref: str, plan_id: str) -> None:
+        """``plan_id`` evicted ``victim``: a repeat by that plan (a takeover evicting every
+        victim again) is answered "already evicted" for an hour, even once it is gone;
+        then it is forgotten (no plan actuates for that long)."""
+        self.evicted_by[victim] = plan_id
+        self.evictions[ref] = self.evictions.get(ref, 0) + 1
+        now = time.monotonic()
+        self._evicted_at[victim] = (now, ref)
+        self._evicted_at.move_to_end(victim)
+        while self._evicted_at:
+            oldest, (at, oldest_ref) = next(iter(self._evicted_at.items()))
+            if now - at <= EVICTIONS_KEPT_S:
+                break
+            del self._evicted_at[oldest]
+            self.evicted_by.pop(oldest, None)
+            self.evictions.pop(oldest_ref, None)
 
     async def restore(self, world: ClusterState, last_seq: int) -> None:
         """Take up a world a killed sim left on STATE: versions go on from where they were,
