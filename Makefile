@@ -38,6 +38,7 @@ bench: $(STAMP) ## run the benchmarks; figures printed, JSON in bench/results/
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/fencing.py
 	$(BIN)/python bench/scale.py
+	$(BIN)/python bench/soak.py
 	$(BIN)/python bench/replay.py
 
 chaos: $(STAMP) ## the fault-injection suite: 20 runs per fault class, invariants checked

@@ -71,6 +71,17 @@ class Saga:
         self.at: dict[tuple[str, str], datetime] = {}
         self.ended: dict[str, asyncio.Event] = {}
 
+    async def follow(self, nc: Client, topology: Topology) -> Any:
+        """Take in every decision published from now on; returns the subscription."""
+
+        async def on_msg(msg: Msg) -> None:
+            with contextlib.suppress(Exception):
+                self.on(events.decode(msg.data))
+
+        return await follow(
+            nc, f"{topology.prefix}.>", topology.decisions_stream, on_msg, DeliverPolicy.NEW
+        )
+
     def on(self, ev: events.Event) -> None:
         who = getattr(ev, "preemptor", "") or getattr(ev, "workload", "")
         kind = events.event_type(ev)
@@ -253,14 +264,7 @@ async def measure(
         js = nc.jetstream()
         await provision(js, topology)
         saga = Saga()
-
-        async def on_msg(msg: Msg) -> None:
-            with contextlib.suppress(Exception):
-                saga.on(events.decode(msg.data))
-
-        sub = await follow(
-            nc, f"{topology.prefix}.*.*", topology.decisions_stream, on_msg, DeliverPolicy.NEW
-        )
+        sub = await saga.follow(nc, topology)
 
         async def complete() -> bool:
             with contextlib.suppress(Exception):

@@ -27,9 +27,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
 
 from bench.density import as_list, dense_state, objects
@@ -38,7 +35,7 @@ from bench.scale import Saga, until, upsert
 from bench.stats import environment, write_result
 from bench.victims import NODE_GPUS, requests
 from gangpreempt import events
-from gangpreempt.bus import NatsServer, Publisher, Topology, connected, follow, provision
+from gangpreempt.bus import NatsServer, Publisher, Topology, connected, provision
 from gangpreempt.bus.status import quota_caught_up
 from gangpreempt.model import kinds
 from gangpreempt.model.pods import Pod, PodGroup
@@ -88,14 +85,7 @@ async def soak(
         js = nc.jetstream()
         await provision(js, topology)
         saga = Saga()
-
-        async def on_msg(msg: Msg) -> None:
-            with contextlib.suppress(Exception):
-                saga.on(events.decode(msg.data))
-
-        sub = await follow(
-            nc, f"{topology.prefix}.>", topology.decisions_stream, on_msg, DeliverPolicy.NEW
-        )
+        sub = await saga.follow(nc, topology)
         await until(lambda: quota_caught_up(nc, topology), 600, "quota caught up")
         pub = Publisher(nc, topology, "bench")
         samples: list[dict[str, Any]] = []

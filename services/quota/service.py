@@ -636,9 +636,10 @@ class Quota:
     async def take_over(self, lease: Lease, term: asyncio.Event) -> bool:
         """Adopt, then rebuild; False if the term ended first."""
         assert self.confirmer is not None
-        token = lease.check()
         while not term.is_set():
             try:
+                token = lease.check()
+                await self.book.caught_up()  # every record the bucket holds now
                 adopted = await self.confirmer.adopt(token)
                 break
             except Fenced:

@@ -299,15 +299,7 @@ class ChaosRun:
                 found = await self.holder(nc)
                 if found is None:
                     continue
-                holder = found[0]
-                pause = LEASE_TTL + rng.uniform(1.0, 5.0)
-                self.note(f"SIGSTOP {holder.name} (lease holder) for {pause:.1f}s", t0)
-                holder.paused = True
-                holder.signal(signal.SIGSTOP)
-                await asyncio.sleep(pause)
-                holder.signal(signal.SIGCONT)
-                holder.paused = False
-                self.note(f"SIGCONT {holder.name}", t0)
+                await self.stopped_for(found[0], "lease holder", t0)
         elif self.fault in ("takeover", "victims", "relist"):
             await self.self_kills(t0)
         elif self.fault == "quota":
@@ -340,16 +332,18 @@ class ChaosRun:
                 self.note(f"SIGKILL {holder.name} (quota lease holder, token {token})", t0)
                 holder.signal(signal.SIGKILL)
                 continue
-            pause = LEASE_TTL + rng.uniform(1.0, 5.0)
-            self.note(
-                f"SIGSTOP {holder.name} (quota lease holder, token {token}) for {pause:.1f}s", t0
-            )
-            holder.paused = True
-            holder.signal(signal.SIGSTOP)
-            await asyncio.sleep(pause)
-            holder.signal(signal.SIGCONT)
-            holder.paused = False
-            self.note(f"SIGCONT {holder.name}", t0)
+            await self.stopped_for(holder, f"quota lease holder, token {token}", t0)
+
+    async def stopped_for(self, p: Process, who: str, t0: float) -> None:
+        """``p`` SIGSTOPped for its lease plus 1-5 s, then resumed."""
+        pause = LEASE_TTL + self.rng.uniform(1.0, 5.0)
+        self.note(f"SIGSTOP {p.name} ({who}) for {pause:.1f}s", t0)
+        p.paused = True
+        p.signal(signal.SIGSTOP)
+        await asyncio.sleep(pause)
+        p.signal(signal.SIGCONT)
+        p.paused = False
+        self.note(f"SIGCONT {p.name}", t0)
 
     async def self_kills(self, t0: float, deadline_s: float = 25.0) -> None:
         """Until every planned kill has happened (each incarnation of a process kills

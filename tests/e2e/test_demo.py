@@ -16,6 +16,27 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def up_until_settled(scenario: Path, store: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gangpreempt.cli",
+            "up",
+            "--scenario",
+            str(scenario),
+            "--until-settled",
+            *more,
+            "--store",
+            str(store),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+
+
 def test_up_plays_the_demo_scenario_until_settled(tmp_path: Path) -> None:
     makefile = (ROOT / "Makefile").read_text()
     demo = re.search(r"^demo:.*\n\t\$\(BIN\)/(gangpreempt up [^\n]+)", makefile, re.M)
@@ -66,23 +87,7 @@ def test_up_stops_on_a_manifest_it_cannot_read_at_start(tmp_path: Path) -> None:
         "spec:\n  containers:\n  - name: c\n    resources:\n      requests:\n"
         "        cpu: lots\n"
     )
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gangpreempt.cli",
-            "up",
-            "--scenario",
-            str(scenario),
-            "--until-settled",
-            "--store",
-            str(tmp_path / "store"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
+    out = up_until_settled(scenario, tmp_path / "store")
     text = " ".join(out.stdout.split())
     compact = "".join(out.stdout.split())  # the console wraps long lines, even mid-word
     assert out.returncode != 0, text
@@ -107,25 +112,7 @@ def test_up_until_settled_waits_for_the_timeline(tmp_path: Path) -> None:
     (scenario / "late.yaml").write_text(PENDING.format(name="late", minute=0, priority=100, cpus=2))
     (scenario / "timeline.yaml").write_text("- at: 8\n  apply: late.yaml\n")
     started = time.monotonic()
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gangpreempt.cli",
-            "up",
-            "--scenario",
-            str(scenario),
-            "--until-settled",
-            "--termination-delay",
-            "0.5",
-            "--store",
-            str(tmp_path / "store"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
+    out = up_until_settled(scenario, tmp_path / "store", "--termination-delay", "0.5")
     text = " ".join(out.stdout.split())
     assert out.returncode == 0, text + out.stderr
     assert "not settled" not in text, text

@@ -150,6 +150,10 @@ class RecordBook:
     async def start(self, timeout: float = 30.0) -> None:
         """Follow the bucket and wait until every record it holds now is known."""
         await self.follower.start()
+        await self.caught_up(timeout)
+
+    async def caught_up(self, timeout: float = 30.0) -> None:
+        """Wait until every record the bucket holds now is known."""
         target = await self.follower.last_seq()
         deadline = time.monotonic() + timeout
         while self.follower.applied < target:

@@ -6,6 +6,8 @@ hold a step long after everything before it settled)."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -51,22 +53,28 @@ def status_subject(topology: Topology, service: str) -> str:
     return f"{topology.prefix}.status.{service}"
 
 
-async def ask_quota(nc: Client, topology: Topology, timeout: float = 1.0) -> QuotaStatus | None:
-    """quota's status, or None when it does not answer in time."""
+S = TypeVar("S", QuotaStatus, IngestStatus)
+
+
+async def ask(
+    nc: Client, topology: Topology, service: str, kind: type[S], timeout: float = 1.0
+) -> S | None:
+    """``service``'s status, or None when it does not answer in time."""
     try:
-        msg: Msg = await nc.request(status_subject(topology, "quota"), b"", timeout=timeout)
-        return msgspec.json.decode(msg.data, type=QuotaStatus)
-    except Exception:  # no responders, a timeout, a quota of another version
+        msg: Msg = await nc.request(status_subject(topology, service), b"", timeout=timeout)
+        return msgspec.json.decode(msg.data, type=kind)
+    except Exception:  # no responders, a timeout, a service of another version
         return None
+
+
+async def ask_quota(nc: Client, topology: Topology, timeout: float = 1.0) -> QuotaStatus | None:
+    """quota's status (its lease holder's), or None when it does not answer in time."""
+    return await ask(nc, topology, "quota", QuotaStatus, timeout)
 
 
 async def ask_ingest(nc: Client, topology: Topology, timeout: float = 1.0) -> IngestStatus | None:
     """ingest's status, or None when it does not answer in time."""
-    try:
-        msg: Msg = await nc.request(status_subject(topology, "ingest"), b"", timeout=timeout)
-        return msgspec.json.decode(msg.data, type=IngestStatus)
-    except Exception:  # no responders, a timeout, an ingest of another version
-        return None
+    return await ask(nc, topology, "ingest", IngestStatus, timeout)
 
 
 async def timeline_played(nc: Client, topology: Topology) -> bool:
@@ -87,6 +95,7 @@ async def quota_caught_up(nc: Client, topology: Topology) -> bool:
 __all__ = [
     "IngestStatus",
     "QuotaStatus",
+    "ask",
     "ask_ingest",
     "ask_quota",
     "quota_caught_up",
