@@ -95,11 +95,18 @@ async def plans_bucket(js: JetStreamContext, topology: Topology, replicas: int =
 async def leases_bucket(
     js: JetStreamContext, topology: Topology, ttl: float, replicas: int = 1
 ) -> KeyValue:
+    """Leases expire ``ttl`` after their last renewal: the bucket's TTL must be the lease
+    length its holders count with (a holder counts its lease valid for ``ttl`` less a
+    margin after a renewal; a shorter TTL would let a successor in while it still acts)."""
     try:
         return await js.create_key_value(
             KeyValueConfig(bucket=topology.leases_bucket, history=1, ttl=ttl, replicas=replicas)
         )
-    except BadRequestError:
+    except BadRequestError:  # exists with another configuration: bring its TTL up to date
+        info = await js.stream_info(f"KV_{topology.leases_bucket}")
+        if info.config.max_age != ttl:
+            info.config.max_age = ttl
+            await js.update_stream(info.config)
         return await js.key_value(topology.leases_bucket)
 
 
