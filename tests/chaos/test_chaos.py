@@ -11,9 +11,9 @@ from tests.chaos.harness import FAULTS, chaos_run, describe, log_tails
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 SEEDS = {
-    "nats": 10,
+    "nats": 7014,
     "kill": 11,
-    "pause": 11,
+    "pause": 7015,
     "actuators": 10,
     "messages": 10,
     "takeover": 103,

@@ -14,6 +14,7 @@ from nats.aio.client import Client
 
 from gangpreempt import events
 from gangpreempt.bus import Topology, follow
+from gangpreempt.bus.status import quota_caught_up
 from gangpreempt.manifests import load
 from gangpreempt.planning import plan
 from tests.e2e.harness import Services
@@ -44,9 +45,11 @@ async def test_services_and_plan_agree_on_the_scenario_suite(
     nc: Client, topology: Topology, services: Services, scenario_dir: Path
 ) -> None:
     seen: list[events.Event] = []
+    last_seq = [0]  # the decisions stream's sequence the test has taken in
 
     async def on_msg(msg: object) -> None:
         seen.append(events.decode(msg.data))  # type: ignore[attr-defined]
+        last_seq[0] = msg.metadata.sequence.stream  # type: ignore[attr-defined]
 
     sub = await follow(nc, f"{topology.prefix}.>", topology.decisions_stream, on_msg)
     state_seen: list[events.Event] = []
@@ -101,13 +104,19 @@ async def test_services_and_plan_agree_on_the_scenario_suite(
             15,
             f"{folder.name}: a decision for {target}",
         )
-        # The services' decision is their last one once nothing moves any more.
-        quiet_from = len(seen)
-        while True:
-            await asyncio.sleep(0.25)
-            if len(seen) == quiet_from:
-                break
-            quiet_from = len(seen)
+
+        # The services' decision is their last one once quota has decided on everything
+        # STATE holds, and the test has taken in every decision it published.
+        async def settled() -> bool:
+            if not await quota_caught_up(nc, topology):
+                return False
+            info = await nc.jetstream().stream_info(topology.decisions_stream)
+            return last_seq[0] >= info.state.last_seq
+
+        deadline = time.monotonic() + 15
+        while not await settled():
+            assert time.monotonic() < deadline, f"{folder.name}: quota did not settle"
+            await asyncio.sleep(0.02)
         decision_event = [e for e in seen[start:] if type(e) in OUTCOME and e.workload == target][
             -1
         ]
