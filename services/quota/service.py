@@ -133,10 +133,7 @@ class Quota:
         so does one that reaches ``actuated``: its victims' STATE changes may have come
         before the record said so (a takeover that waited out the lease), and then
         nothing else would wake the cycle that ends the flight and admits the gang."""
-        if new is None or (
-            new.status == ACTUATED
-            and (old is None or (old.plan_id, old.status) != (new.plan_id, ACTUATED))
-        ):
+        if new is None:
             self.dirty.set()
         if new is not None:
             self.traces[key] = new.record.trace  # the admission continues its trace
@@ -167,6 +164,9 @@ class Quota:
         ):
             self.nodes.actuated(key, new.record.actuated)  # only the victims evicted leave
             metrics.hop_started("actuated", new.record.preemptor, new.record.updated_at)
+            if self.victims_left(key, new):
+                # Their STATE changes came first: nothing but this move will wake the cycle.
+                self.dirty.set()
 
     def on_state_change(self, kind: str, old: Any, new: Any) -> None:
         self.changes += 1
@@ -307,18 +307,20 @@ class Quota:
             wl = state.workloads.get(key)
             if wl is None or not wl.is_pending:
                 self.flights.end(key, "the preemptor is admitted, or gone")
-            elif (
-                flight.status == ACTUATED
-                and all(  # the victims evicted (not one the sink refused) have left
-                    (v := state.workloads.get(key_of(victim))) is None or not v.holds_quota
-                    for victim in flight.record.actuated
-                    if victim.startswith("Workload/")
-                )
-                and self.nodes.victims_gone(state, key)
-            ):
+            elif flight.status == ACTUATED and self.victims_left(key, flight):
                 self.flights.end(key, "its victims are gone")
                 first.add(key)
         return ready, frozenset(first)
+
+    def victims_left(self, key: str, flight: Flight) -> bool:
+        """Every victim the flight's plan evicted (not one the sink refused) has left:
+        its Kueue Workloads hold no quota, its pods are gone from the nodes."""
+        state = self.replica.state
+        return all(
+            (v := state.workloads.get(key_of(victim))) is None or not v.holds_quota
+            for victim in flight.record.actuated
+            if victim.startswith("Workload/")
+        ) and self.nodes.victims_gone(state, key)
 
     async def cycle(self) -> None:
         """One admission cycle, in a trace of its own linked to the STATE changes it
