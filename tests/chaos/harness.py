@@ -161,11 +161,19 @@ class Process:
                 self.proc.send_signal(sig)
 
     def stop(self) -> None:
+        self.terminate()
+        self.wait()
+
+    def terminate(self) -> None:
         if self.proc is None:
             return
         if self.paused:
             self.signal(signal.SIGCONT)
         self.signal(signal.SIGTERM)
+
+    def wait(self) -> None:
+        if self.proc is None:
+            return
         try:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
@@ -605,8 +613,7 @@ class ChaosRun:
                 duplicated=self.fault == "messages",
             )
             await replica.stop()
-        for p in self.procs.values():
-            p.stop()
+        self.stop_all()
         if self.world is not None:
             await self.world.stop()
         self.server.stop()
@@ -627,9 +634,15 @@ class ChaosRun:
         self.result.elapsed_s = time.monotonic() - started
         return self.result
 
-    def cleanup(self) -> None:
+    def stop_all(self) -> None:
+        """SIGTERM to every service at once, then wait for each (they drain together)."""
         for p in self.procs.values():
-            p.stop()
+            p.terminate()
+        for p in self.procs.values():
+            p.wait()
+
+    def cleanup(self) -> None:
+        self.stop_all()
         self.server.stop()
 
 

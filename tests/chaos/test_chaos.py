@@ -10,16 +10,16 @@ import pytest
 from tests.chaos.harness import FAULTS, chaos_run, describe, log_tails
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
-SEEDS = {
+SEEDS = {  # a run of each class from the 20-run figures, among the shorter ones
     "nats": 7014,
-    "kill": 11,
+    "kill": 7002,
     "pause": 7015,
-    "actuators": 10,
-    "messages": 10,
-    "takeover": 103,
-    "quota": 2,
-    "victims": 1,
-    "relist": 5,
+    "actuators": 7001,
+    "messages": 7000,
+    "takeover": 7003,  # killed between its events and its actuated write
+    "quota": 7003,
+    "victims": 7016,
+    "relist": 7004,
 }
 
 
