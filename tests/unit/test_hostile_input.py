@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import traceback
 from pathlib import Path
 from typing import Any
@@ -186,7 +187,14 @@ def _write(tmp: Path, docs: list[Any], as_json: bool) -> Path:
         # them: not JSON, which the reader must say).
         path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
     else:
-        path.write_text(yaml.safe_dump_all(docs, allow_unicode=True))
+        # PyYAML's writer recurses a few frames per level: a 400-deep value fails or not
+        # with the depth of the stack it is called from (hypothesis's replay differs).
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 20_000))
+        try:
+            path.write_text(yaml.safe_dump_all(docs, allow_unicode=True))
+        finally:
+            sys.setrecursionlimit(limit)
     return path
 
 
