@@ -176,10 +176,12 @@ async def test_oversized_event_is_refused_and_the_connection_stays_up(
 
 
 async def test_lease_is_exclusive_and_its_token_grows(nc: Client, topology: Topology) -> None:
-    kv = await leases_bucket(nc.jetstream(), topology, ttl=1.0)
+    # 2.5 s: the first lease (never renewed) must outlive the 0.4 s look at the standby
+    # even when a busy machine stalls the test for a while.
+    kv = await leases_bucket(nc.jetstream(), topology, ttl=2.5)
     stop = asyncio.Event()
-    first = Lease(kv, "actuator", "one", ttl=1.0)
-    second = Lease(kv, "actuator", "two", ttl=1.0)
+    first = Lease(kv, "actuator", "one", ttl=2.5)
+    second = Lease(kv, "actuator", "two", ttl=2.5)
     token1 = await first.acquire(stop)
     waiting = asyncio.ensure_future(second.acquire(stop))
     await asyncio.sleep(0.4)
@@ -190,8 +192,8 @@ async def test_lease_is_exclusive_and_its_token_grows(nc: Client, topology: Topo
     assert token2 is not None
     assert token2 > token1
     # A holder that stops renewing loses the lease to the server-side expiry.
-    third = Lease(kv, "actuator", "three", ttl=1.0)
-    token3 = await asyncio.wait_for(third.acquire(stop), 5)
+    third = Lease(kv, "actuator", "three", ttl=2.5)
+    token3 = await asyncio.wait_for(third.acquire(stop), 10)
     assert token3 is not None
     assert token3 > token2
     keeper = asyncio.ensure_future(second.keep(stop))
