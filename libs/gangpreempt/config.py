@@ -45,6 +45,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     poll_interval: float = 1.0  # seconds between re-reads of the manifests
     # quota
     cycle_delay: float = 0.05  # seconds to gather state changes before an admission cycle
+    # Which pending workloads gangpreempt decides for: all of them (it is the only
+    # scheduler, as in the sim), or only those of ClusterQueues that list one of its
+    # AdmissionChecks (a real cluster, where Kueue decides the others).
+    authority: str = "all"  # all | admission-check
+    # The first Retry of gangpreempt's admission check asks Kueue to wait this long; it
+    # doubles with Kueue's retryCount, up to 300 s.
+    check_backoff: float = 10.0
     # actuator
     sink: str = "sim"  # sim | log | kubernetes
     # How a victim pod goes: deleted, or labelled scheduling.koordinator.sh/soft-eviction
@@ -69,10 +76,12 @@ _POSITIVE = {
     "lease_ttl",
     "relist_interval",
     "record_retention",
+    "check_backoff",
 }
 _INTEGERS = {"stream_replicas": (1, 5), "health_port": (0, 65535)}
 _CHOICES = {
     "sink": ("sim", "log", "kubernetes"),
+    "authority": ("all", "admission-check"),
     "source": ("manifests", "kubernetes"),
     "pod_eviction": ("delete", "eviction", "soft-eviction"),
     "log_level": ("debug", "info", "warning", "error"),

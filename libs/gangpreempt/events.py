@@ -84,6 +84,25 @@ class Pending(Event, frozen=True, kw_only=True, tag=True):
     message: str
 
 
+class CheckDecided(Event, frozen=True, kw_only=True, tag=True):
+    """gangpreempt's admission check on a Workload Kueue reserved quota for: ``Ready``
+    (its whole placement is confirmed: Kueue admits it) or ``Retry`` (Kueue releases the
+    reservation and tries again ``requeue_after_s`` later). The actuator writes it on
+    the Workload's ``status.admissionChecks`` (``docs/kubernetes.md``)."""
+
+    workload: str  # Workload/ns/name
+    uid: str
+    resource_version: str  # of the Workload it was decided on
+    check: str  # the AdmissionCheck's name
+    state: str  # Ready | Retry
+    message: str
+    requeue_after_s: int = 0  # with Retry
+    # Ready: each pod set's pods -> the node each is to land on (the pods are gated until
+    # they are narrowed there), and the label ``podSetUpdates`` put on them.
+    placement: dict[str, str] = msgspec.field(default_factory=dict)
+    quota_token: int = 0  # quota's lease token when it decided (no other is written)
+
+
 class PreemptionRequested(Event, frozen=True, kw_only=True, tag=True):
     """The workload could start if some running workloads were preempted."""
 
@@ -192,6 +211,7 @@ AnyEvent = (
     | StateComplete
     | Admitted
     | Pending
+    | CheckDecided
     | PreemptionRequested
     | RequestExpired
     | PlanConfirmed
@@ -231,6 +251,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Admitted",
     "AnyEvent",
+    "CheckDecided",
     "Event",
     "ObjectDeleted",
     "ObjectUpserted",

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from gangpreempt import events
 from gangpreempt.errors import Fenced
 from gangpreempt.manifests.objects import load_objects
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning.barrier import LiveObject, live_pods, live_workload
 from gangpreempt.replica import StateReplica
 from services import simwire
+from services.actuator.kube_checks import mark_active, set_check
 from services.actuator.kube_kueue import evict_workload, get_workload
 from services.actuator.kube_pods import PodEvictor
 from services.kube.access import KUEUE_WORKLOADS, PODS
@@ -151,6 +153,33 @@ class KubeSink:
         # actuator drives the plan again later, never counting the victim as refused.
         await self._preemptor_event(request)
         return simwire.EvictReply(ok=True, applied=applied)
+
+    # -- the admission check -------------------------------------------------------------------
+    async def set_check(self, ev: events.CheckDecided) -> str:
+        """Write gangpreempt's admission check decision on its Workload (what was done,
+        or why nothing was)."""
+        if self.fenced():
+            raise Fenced(FENCED)
+        try:
+            return await retrying(
+                ev.workload,
+                lambda: set_check(self.api, self.kueue_version, self.recorder, ev),
+            )
+        except Stale as exc:
+            return f"stale: {exc}"
+        except ApiError as exc:
+            return f"{ev.workload}: {exc}"
+
+    async def activate(self) -> list[str]:
+        """Mark gangpreempt's AdmissionChecks ``Active`` (the names written)."""
+        mine = sorted(
+            n for n, ac in self.state.admission_checks.items() if ac.ours and not ac.active
+        )
+        if not mine or self.fenced():
+            return []
+        return await retrying(
+            "AdmissionChecks", lambda: mark_active(self.api, self.kueue_version, mine)
+        )
 
     async def _preemptor_event(self, request: simwire.EvictRequest) -> None:
         kind, namespace, name = _split(request.preemptor)

@@ -31,6 +31,7 @@ from gangpreempt.errors import Fenced, Transient
 from gangpreempt.planning.records import PlanRecord, actuator_owes
 from gangpreempt.replica import StateReplica
 from gangpreempt.telemetry import metrics
+from services.actuator.checking import CheckWriter
 from services.actuator.driving import Driver
 from services.actuator.kubernetes import KubeSink
 from services.actuator.sinks import LogSink, SimSink, Sink
@@ -61,6 +62,7 @@ class Actuator:
         self.lease: Lease | None = None
         self.leases: KeyValue | None = None
         self.driver: Driver | None = None
+        self.check_writer: CheckWriter | None = None
 
     def changed(self, old: PlanRecord | None, new: PlanRecord | None) -> None:
         current = new or old
@@ -88,8 +90,20 @@ class Actuator:
             raise Fenced(f"the lease is held under token {current}, not {token}")
 
     # -- the active instance -----------------------------------------------------------------
-    async def active(self, lease: Lease) -> None:
-        """Drive the records that owe work until the lease is lost or the service stops."""
+    def checks(self, leases: KeyValue) -> CheckWriter:
+        if self.check_writer is None:
+            self.check_writer = CheckWriter(self.ctx, self.sink, leases)
+        return self.check_writer
+
+    async def active(self, lease: Lease, term: asyncio.Event) -> None:
+        """Drive the records that owe work until the lease is lost or the service stops
+        (then ``term`` is set)."""
+        try:
+            await self._active(lease)
+        finally:
+            term.set()
+
+    async def _active(self, lease: Lease) -> None:
         while not (self.ctx.stop.is_set() or lease.lost.is_set()):
             self.wake.clear()
             now = time.monotonic()
@@ -202,9 +216,11 @@ class Actuator:
                 if await lease.acquire(ctx.stop) is None:
                     return
                 self.retry_at.clear()
+                term = asyncio.Event()
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(lease.keep(ctx.stop))
-                    tg.create_task(self.active(lease))
+                    tg.create_task(self.checks(leases).run(term))
+                    tg.create_task(self.active(lease, term))
                 await self.stand_down()
                 if not ctx.stop.is_set():
                     log.warning("lease lost; standing by", fencing_token=lease.token)

@@ -9,6 +9,7 @@ import nats.errors
 import structlog
 from nats.aio.client import Client
 
+from gangpreempt import events
 from gangpreempt.bus import Topology
 from gangpreempt.errors import Transient
 from gangpreempt.planning.barrier import LiveObject, live_object
@@ -24,6 +25,10 @@ class Sink(Protocol):
     async def read(self, refs: list[str]) -> dict[str, LiveObject]: ...
 
     async def evict(self, request: simwire.EvictRequest) -> simwire.EvictReply: ...
+
+    async def set_check(self, ev: events.CheckDecided) -> str: ...
+
+    async def activate(self) -> list[str]: ...
 
 
 class SimSink:
@@ -54,6 +59,12 @@ class SimSink:
         data = await self._request(self.topology.sim_evict, simwire.encode(request))
         return simwire.decode(data, simwire.EvictReply)
 
+    async def set_check(self, ev: events.CheckDecided) -> str:
+        return "the sim cluster has no admission checks"  # its ClusterQueues list none
+
+    async def activate(self) -> list[str]:
+        return []
+
 
 class LogSink:
     """Touches nothing: reads from the actuator's STATE replica and logs each eviction."""
@@ -80,6 +91,20 @@ class LogSink:
             fencing_token=request.fencing_token,
         )
         return simwire.EvictReply(ok=True, applied=True)
+
+    async def set_check(self, ev: events.CheckDecided) -> str:
+        log.info(
+            "would set the admission check",
+            workload=ev.workload,
+            check=ev.check,
+            state=ev.state,
+            message=ev.message,
+            requeue_after_s=ev.requeue_after_s,
+        )
+        return "logged"
+
+    async def activate(self) -> list[str]:
+        return []
 
 
 __all__ = ["LogSink", "SimSink", "Sink"]

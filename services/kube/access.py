@@ -42,6 +42,7 @@ PODS = Resource("", "pods", "Pod")
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "priorityclasses", "PriorityClass", False)
 PDBS = Resource("policy", "poddisruptionbudgets", "PodDisruptionBudget")
 KUEUE_GROUP = "kueue.x-k8s.io"
+ADMISSION_CHECKS = Resource(KUEUE_GROUP, "admissionchecks", "AdmissionCheck", False)
 RESOURCE_FLAVORS = Resource(KUEUE_GROUP, "resourceflavors", "ResourceFlavor", False)
 COHORTS = Resource(KUEUE_GROUP, "cohorts", "Cohort", False)
 CLUSTER_QUEUES = Resource(KUEUE_GROUP, "clusterqueues", "ClusterQueue", False)
@@ -60,6 +61,7 @@ WATCHED: tuple[Resource, ...] = (
     KUEUE_MANAGER_CONFIG,
     NAMESPACES,
     PRIORITY_CLASSES,
+    ADMISSION_CHECKS,
     RESOURCE_FLAVORS,
     COHORTS,
     CLUSTER_QUEUES,
@@ -81,6 +83,7 @@ POD_STATUS = Resource("", "pods/status", "Pod")
 EVENTS = Resource("", "events", "Event")
 JOBS = Resource("batch", "jobs", "Job")
 KUEUE_WORKLOAD_STATUS = Resource(KUEUE_GROUP, "workloads/status", "Workload")
+ADMISSION_CHECK_STATUS = Resource(KUEUE_GROUP, "admissionchecks/status", "AdmissionCheck", False)
 
 ACCESS: dict[str, dict[Resource, frozenset[str]]] = {
     "ingest": {r: frozenset({"list", "watch"}) for r in WATCHED},
@@ -92,6 +95,10 @@ ACCESS: dict[str, dict[Resource, frozenset[str]]] = {
         JOBS: frozenset({"get", "patch"}),
         KUEUE_WORKLOADS: frozenset({"get"}),
         KUEUE_WORKLOAD_STATUS: frozenset({"patch"}),
+        # gangpreempt's AdmissionChecks marked Active (Kueue keeps a queue inactive until
+        # every check it lists is).
+        ADMISSION_CHECKS: frozenset({"get"}),
+        ADMISSION_CHECK_STATUS: frozenset({"patch"}),
     },
     "quota": {},
     "victims": {},

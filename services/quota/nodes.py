@@ -213,12 +213,14 @@ def node_events(
     now: datetime,
     request: Callable[[Preemptor, Decision], events.Event],
     fresh: Callable[[str, tuple[str, ...]], bool],
+    decides: Callable[[Preemptor], bool] = lambda _pre: True,
 ) -> list[events.Event]:
-    """One node-level pass: every pending pod and gang without a plan in flight, in
-    queue order, each seeing the room the ones before it took."""
+    """One node-level pass: every pending pod and gang without a plan in flight that is
+    gangpreempt's to decide (``decides``; kube-scheduler places the others), in queue
+    order, each seeing the room the ones before it took."""
     outbox: list[events.Event] = []
     for pre in planner.pending():
-        if pre.ref in flights.by_preemptor:
+        if pre.ref in flights.by_preemptor or not decides(pre):
             continue
         d = planner.decide(pre)
         if d.outcome == "Preempt" and not flights.may_request(pre.ref, seq):

@@ -31,6 +31,12 @@ from gangpreempt.bus.consuming import Delivery
 from gangpreempt.bus.records import RecordBook, RecordStore
 from gangpreempt.bus.status import QuotaStatus, status_subject
 from gangpreempt.errors import Fenced, InvalidInput
+from gangpreempt.planning.authority import (
+    ADMISSION_CHECK,
+    decides_namespace,
+    decides_workload,
+)
+from gangpreempt.planning.checking import check_decided
 from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.inflight import PlanInFlight, rejection
 from gangpreempt.planning.nodeplan import NodePlanner
@@ -365,10 +371,20 @@ class Quota:
         assert self.live.ledger is not None
         # victims of the plans in flight: Kueue workloads by key, node-level units by ref
         claimed = set(self.live.ledger.held_victims) | set(self.nodes.claimed())
+        authority = self.ctx.settings.authority
         for d in decisions:
             key = key_of(d.preemptor)
             wl = state.workloads[key]
+            if not decides_workload(wl, authority):
+                continue  # Kueue's to decide
+            if wl.awaits_placement and d.outcome != "Preempt":
+                check = check_decided(d, wl, self.ctx.now(), self.ctx.settings.check_backoff)
+                if self.fresh(key, ("Check", wl.resource_version, check.state, check.message)):
+                    outbox.append(check)
+                continue
             if d.outcome == "Admit":
+                if authority == ADMISSION_CHECK and wl.admission is None:
+                    continue  # Kueue reserves its quota; then the check is decided
                 if self.fresh(key, ("Admit", wl.resource_version)):
                     outbox.append(self.admitted(d, wl))
             elif d.outcome == "Preempt":
@@ -414,6 +430,7 @@ class Quota:
                             claimed=tuple(sorted(planner.promised - {v.object for v in d.victims})),
                         ),
                         self.fresh,
+                        lambda pre: decides_namespace(state, pre.ref.split("/")[1], authority),
                     )
             except InvalidInput as exc:  # e.g. a pod whose PriorityClass is not here yet
                 log.warning("node-level decisions skipped until the state changes", error=str(exc))
@@ -444,6 +461,10 @@ class Quota:
         """Publish one of the cycle's events; the admission of a preemptor that had a
         plan goes out in that plan's trace (linked to this cycle)."""
         carrier = None
+        if isinstance(event, events.CheckDecided):
+            event = msgspec.structs.replace(
+                event, id=events.stable_id(event.id, self.token), quota_token=self.token
+            )
         if isinstance(event, events.Admitted):
             # Decided under this lease: the sim takes no admission from an older one, and
             # the id names the term, so a successor's decision is no duplicate of it.

@@ -51,6 +51,7 @@ CORE = [
     Kind("batch", "v1", "jobs", "Job", True, True),
 ]
 KUEUE = [
+    Kind("kueue.x-k8s.io", "v1beta1", "admissionchecks", "AdmissionCheck", False, True),
     Kind("kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", False),
     Kind("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", False, True),
     Kind("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", True, True),

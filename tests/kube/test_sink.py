@@ -15,6 +15,7 @@ from gangpreempt.model.pods import SOFT_EVICTION_LABEL
 from services.actuator.kubernetes import KubeSink
 from services.kube.access import ACCESS
 from services.kube.client import KubeApi
+from tests.kube import test_checks as checks
 from tests.kube.apiserver import ApiServer
 from tests.kube.objects import kueue_workload, node, pdb, pod, pod_group, priority_class
 from tests.kube.sinking import (
@@ -316,6 +317,8 @@ async def test_the_access_table_is_what_the_sink_calls(tmp_path) -> None:
         test_soft_eviction_labels_the_pod,
         test_a_job_whose_pods_are_all_victims_is_suspended,
         test_live_reads,
+        checks.test_gangpreempts_admission_checks_are_marked_active,
+        checks.test_ready_is_written_with_a_label_for_each_pod_set,
     ]
     used: set[tuple[str, str, str]] = set()
     for i, scenario in enumerate(scenarios):

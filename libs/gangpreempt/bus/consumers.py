@@ -26,6 +26,8 @@ SPECS: dict[str, ConsumerSpec] = {
     "quota": ConsumerSpec(events=(events.PlanProposed, events.PreemptionInfeasible)),
     # a victim search on a very large cluster takes a second or more
     "victims": ConsumerSpec(events=(events.PreemptionRequested,), ack_wait=30.0),
+    # the active actuator writes quota's admission check decisions
+    "actuator": ConsumerSpec(events=(events.CheckDecided,), ack_wait=70.0),
 }
 
 

@@ -69,7 +69,8 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
     quota     its events; its consumer; the plan records (read, write, follow); its status;
               its own lease (key ``quota``)
     victims   its events; its consumer; the plan records (read); answers explain requests
-    actuator  its events; the plan records (read, write, follow); the lease; the sim
+    actuator  its events; its consumer (quota's admission check decisions); the plan
+              records (read, write, follow); the leases; the sim
     """
     if service not in SERVICES:
         raise ValueError(f"unknown service {service!r}")
@@ -83,8 +84,7 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
         publish += _bucket_read(leases) + _follow(f"KV_{leases}")
     else:
         publish.append(topology.service_wildcard(service))
-    if service != "actuator":
-        publish += _consumer(topology.decisions_stream, topology.durable(service))
+    publish += _consumer(topology.decisions_stream, topology.durable(service))
     if service == "quota":  # it also purges the records it deleted an hour ago
         publish += _bucket(plans) + _follow(f"KV_{plans}")
         publish.append(f"$JS.API.STREAM.PURGE.KV_{plans}")

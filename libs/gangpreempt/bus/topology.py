@@ -30,6 +30,7 @@ _PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 EVENT_SUBJECTS: dict[type[events.Event], tuple[str, str]] = {
     events.Admitted: ("quota", "admitted"),
     events.Pending: ("quota", "pending"),
+    events.CheckDecided: ("quota", "check-decided"),
     events.PreemptionRequested: ("quota", "preemption-requested"),
     events.RequestExpired: ("quota", "request-expired"),
     events.PlanConfirmed: ("quota", "plan-confirmed"),

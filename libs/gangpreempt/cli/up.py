@@ -140,6 +140,9 @@ def describe(ev: events.Event) -> tuple[str, str]:
         return ev.workload, f"in ClusterQueue {ev.cluster_queue}"
     if isinstance(ev, events.Pending):
         return ev.workload, ev.message
+    if isinstance(ev, events.CheckDecided):
+        after = f" (again in {ev.requeue_after_s}s)" if ev.requeue_after_s else ""
+        return ev.workload, f"check {ev.check}: {ev.state}{after}: {ev.message}"
     if isinstance(ev, events.PreemptionRequested):
         where = f"in ClusterQueue {ev.cluster_queue}" if ev.flavors else "on nodes"
         if ev.cluster_queue.startswith("ElasticQuota/"):

@@ -80,18 +80,19 @@ def _add(
     return True
 
 
-def _synthesized_pods(state: ClusterState, s: Submitted, wl: Workload) -> None:
-    """Pending pods for a derived Workload, so the nodes can be checked (only when the
-    input has Nodes): ``<name>-<i>``, or ``<name>-<podset>-<i>`` with several pod sets."""
+def synthesize_pods(state: ClusterState, stem_name: str, wl: Workload) -> None:
+    """Pending pods for a Workload whose pods do not exist yet, so the nodes can be
+    checked (only when the input has Nodes): ``<stem>-<i>``, or ``<stem>-<podset>-<i>``
+    with several pod sets."""
     priority = state.priority_of(wl)
-    for ps in s.pod_sets:
-        stem = s.name if len(s.pod_sets) == 1 else f"{s.name}-{ps.name}"
+    for ps in wl.pod_sets:
+        stem = stem_name if len(wl.pod_sets) == 1 else f"{stem_name}-{ps.name}"
         for i in range(ps.count):
             name = f"{stem}-{i}"
-            if f"{s.namespace}/{name}" in state.pods:
+            if f"{wl.namespace}/{name}" in state.pods:
                 continue
             pod = Pod(
-                namespace=s.namespace,
+                namespace=wl.namespace,
                 name=name,
                 requests=dict(ps.requests),
                 priority=priority,
@@ -137,7 +138,7 @@ def derive_submitted(state: ClusterState, submitted: list[Submitted], out: Deriv
             owner=s.ref,
         )
         if _add(state, out, key, wl, s.ref, s.location) and state.nodes:
-            _synthesized_pods(state, s, wl)
+            synthesize_pods(state, s.name, wl)
 
 
 def _pod_priority(

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from gangpreempt.manifests.fields import Fields
+import json
+
+from gangpreempt.manifests.fields import Fields, join
 from gangpreempt.manifests.kueueconfig import fair_weight
 from gangpreempt.manifests.nodes import label_selector
 from gangpreempt.manifests.podspec import constraints, pod_requests, taints, tolerations
+from gangpreempt.model.checks import (
+    ACTIVE,
+    CHECK_STATES,
+    PENDING,
+    PREEMPTION_ANNOTATION,
+    AdmissionCheck,
+    CheckState,
+)
 from gangpreempt.model.queues import (
     ANY,
     BEST_EFFORT_FIFO,
@@ -85,8 +95,11 @@ def resource_groups(spec: Fields) -> tuple[ResourceGroup, ...]:
 
 def _preemption(spec: Fields) -> Preemption:
     p = spec.map("preemption")
-    if p is None:
-        return Preemption()
+    return Preemption() if p is None else _stanza(p)
+
+
+def _stanza(p: Fields) -> Preemption:
+    """Kueue's ``preemption`` stanza."""
     reclaim = p.enum("reclaimWithinCohort", (NEVER, LOWER_PRIORITY, ANY), default="")
     if not reclaim:
         # KEP-83's first API spelled this withinCohort with Reclaim* values.
@@ -131,7 +144,61 @@ def _fungibility(spec: Fields) -> FlavorFungibility:
     )
 
 
-def cluster_queue(name: str, spec: Fields) -> ClusterQueue:
+def _annotated_preemption(meta: Fields | None) -> Preemption | None:
+    """The policy of the ``gangpreempt.io/preemption`` annotation: Kueue's preemption
+    stanza in JSON (``{"withinClusterQueue": "LowerPriority", ...}``)."""
+    notes = meta.map("annotations") if meta is not None else None
+    text = notes.raw(PREEMPTION_ANNOTATION) if notes is not None else None
+    if text is None:
+        return None
+    assert notes is not None
+    if not isinstance(text, str):
+        notes.fail(PREEMPTION_ANNOTATION, "expected Kueue's preemption stanza as JSON text")
+    try:
+        stanza = json.loads(text)
+    except ValueError as exc:
+        notes.fail(PREEMPTION_ANNOTATION, f"not JSON: {exc}")
+    if not isinstance(stanza, dict):
+        notes.fail(PREEMPTION_ANNOTATION, "expected a JSON object (Kueue's preemption stanza)")
+    return _stanza(Fields(notes.where, stanza, join(notes.path, PREEMPTION_ANNOTATION)))
+
+
+def _check_names(spec: Fields) -> tuple[str, ...]:
+    """The AdmissionChecks a ClusterQueue lists: ``admissionChecksStrategy`` (both
+    versions) or v1beta1's plain ``admissionChecks``."""
+    names: list[str] = []
+    strategy = spec.map("admissionChecksStrategy")
+    if strategy is not None:
+        names += [rule.text("name", required=True) for rule in strategy.maps("admissionChecks")]
+    for i, item, _path in spec.items("admissionChecks"):
+        if not isinstance(item, str) or not item:
+            spec.fail("admissionChecks", f"item {i}: expected an AdmissionCheck name")
+        names.append(item)
+    return tuple(dict.fromkeys(names))
+
+
+def admission_check(name: str, spec: Fields, status: Fields) -> AdmissionCheck:
+    active = any(
+        c.text("type", default="") == ACTIVE and c.text("status", default="") == "True"
+        for c in status.maps("conditions")
+    )
+    return AdmissionCheck(
+        name=name, controller_name=spec.text("controllerName", required=True), active=active
+    )
+
+
+def _check_states(status: Fields) -> tuple[CheckState, ...]:
+    return tuple(
+        CheckState(
+            name=c.text("name", required=True),
+            state=c.enum("state", CHECK_STATES, default=PENDING),
+            retry_count=c.integer("retryCount", minimum=0) or 0,
+        )
+        for c in status.maps("admissionChecks")
+    )
+
+
+def cluster_queue(name: str, spec: Fields, meta: Fields | None = None) -> ClusterQueue:
     cohort = spec.opt_text("cohortName") or spec.opt_text("cohort")
     return ClusterQueue(
         name=name,
@@ -149,6 +216,8 @@ def cluster_queue(name: str, spec: Fields) -> ClusterQueue:
             if spec.raw("namespaceSelector") is not None
             else None
         ),
+        admission_checks=_check_names(spec),
+        annotated_preemption=_annotated_preemption(meta),
     )
 
 
@@ -288,6 +357,7 @@ def workload(meta: Fields, namespace: str, name: str, spec: Fields, status: Fiel
         owner=_owner(meta, namespace),
         last_checkpoint=notes.time(LAST_CHECKPOINT_ANNOTATION),
         checkpoint_interval_s=notes.integer(CHECKPOINT_INTERVAL_ANNOTATION, minimum=1),
+        checks=_check_states(status),
     )
 
 

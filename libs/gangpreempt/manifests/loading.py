@@ -13,6 +13,7 @@ import msgspec
 from gangpreempt.collecting import paused
 from gangpreempt.errors import ManifestError
 from gangpreempt.manifests import apifields, core, integrations, kueue, kueueconfig, nodes
+from gangpreempt.manifests.authority import join_checks
 from gangpreempt.manifests.deriving import Derived, KueuePod, derive_pods, derive_submitted
 from gangpreempt.manifests.fastpod import fast_pod
 from gangpreempt.manifests.fields import Fields, Where, describe
@@ -34,6 +35,7 @@ _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 KUEUE_VERSIONS = ("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1alpha1")
 CLUSTER_SCOPED = {
+    "AdmissionCheck",
     "ResourceFlavor",
     "ClusterQueue",
     "Cohort",
@@ -151,6 +153,7 @@ class _Reader:
                 "are read when they are in the input)"
             )
         self._join_gangs()
+        join_checks(self.state, self.warnings)
         return derived
 
     def _check_fields(self, doc: Any, api_version: str, kind: str, where: Where) -> None:
@@ -339,7 +342,13 @@ class _Reader:
             return
         if api_version in KUEUE_VERSIONS:
             if kind == "ClusterQueue":
-                self._put(st.cluster_queues, name, kueue.cluster_queue(name, spec), where)
+                cq = kueue.cluster_queue(name, spec, meta)
+                self._put(st.cluster_queues, name, cq, where)
+                return
+            if kind == "AdmissionCheck":
+                status = top.map_or_empty("status")
+                ac = kueue.admission_check(name, spec, status)
+                self._put(st.admission_checks, name, ac, where)
                 return
             if kind == "Cohort":
                 self._put(st.cohorts, name, kueue.cohort(name, spec), where)
@@ -607,6 +616,7 @@ def reads(api_version: str, kind: str) -> bool:
         return True
     if api_version in KUEUE_VERSIONS:
         return kind in (
+            "AdmissionCheck",
             "ClusterQueue",
             "Cohort",
             "ResourceFlavor",

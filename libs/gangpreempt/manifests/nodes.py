@@ -9,6 +9,7 @@ from typing import Any
 
 from gangpreempt.manifests.fields import Fields
 from gangpreempt.manifests.podspec import constraints, pod_requests, requirements, taints
+from gangpreempt.model.checks import WORKLOAD_LABEL
 from gangpreempt.model.pods import (
     KUEUE_WORKLOAD_ANNOTATION,
     QUOTA_ALLOW_LENT_LABEL,
@@ -91,7 +92,7 @@ def pod_of(
         if labels.get(label):
             group = f"{namespace}/{labels[label]}"
             break
-    kueue = annotations.get(KUEUE_WORKLOAD_ANNOTATION)
+    kueue = annotations.get(KUEUE_WORKLOAD_ANNOTATION) or labels.get(WORKLOAD_LABEL)
     return Pod(
         namespace=namespace,
         name=name,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from gangpreempt.model.checks import AdmissionCheck
 from gangpreempt.model.pods import (
     METADATA_NAME_LABEL,
     ElasticQuota,
@@ -46,6 +47,8 @@ class ClusterState(msgspec.Struct):
     namespaces: dict[str, Namespace] = msgspec.field(default_factory=dict)
     # Kueue's manager Configuration (one, under ``KUEUE_CONFIGURATION``), when given.
     kueue_configurations: dict[str, KueueConfiguration] = msgspec.field(default_factory=dict)
+    # Kueue's AdmissionChecks by name (gangpreempt's own among them: ``model.checks``).
+    admission_checks: dict[str, AdmissionCheck] = msgspec.field(default_factory=dict)
 
     def gang_workload(self, key: str) -> tuple[str, ...]:
         """The pod groups of a scheduling.k8s.io Workload (``namespace/name``), by key."""

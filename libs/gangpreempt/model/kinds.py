@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from gangpreempt.model.checks import AdmissionCheck
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import (
     ElasticQuota,
@@ -31,6 +32,7 @@ from gangpreempt.model.workloads import Workload
 KINDS: dict[str, tuple[type[Any], str]] = {
     "KueueConfiguration": (KueueConfiguration, "kueue_configurations"),
     "Namespace": (Namespace, "namespaces"),
+    "AdmissionCheck": (AdmissionCheck, "admission_checks"),
     "ResourceFlavor": (ResourceFlavor, "flavors"),
     "ClusterQueue": (ClusterQueue, "cluster_queues"),
     "Cohort": (Cohort, "cohorts"),

@@ -74,6 +74,15 @@ class ClusterQueue(msgspec.Struct, frozen=True):
     # spec.namespaceSelector: None is Kueue's nil selector, which selects no namespace (a
     # manifest without one); the empty selector (the default here) selects every one.
     namespace_selector: LabelSelector | None = LabelSelector()
+    # spec.admissionChecksStrategy (v1beta1 also spec.admissionChecks): check names.
+    admission_checks: tuple[str, ...] = ()
+    # The policy written in the ``gangpreempt.io/preemption`` annotation, if any.
+    annotated_preemption: Preemption | None = None
+    # Joined when the objects are read: the name of gangpreempt's AdmissionCheck the
+    # queue lists ("" when none: Kueue decides its workloads alone), and why gangpreempt
+    # does not preempt for it when Kueue's own stanza would too.
+    managed_by: str = ""
+    conflict: str = ""
 
 
 class Cohort(msgspec.Struct, frozen=True):

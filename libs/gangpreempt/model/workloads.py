@@ -8,6 +8,7 @@ from datetime import datetime
 import msgspec
 
 from gangpreempt.model.bounds import Count, Priority, Quantity
+from gangpreempt.model.checks import READY, CheckState
 from gangpreempt.model.scheduling import SchedulingConstraints
 
 QUOTA_RESERVED = "QuotaReserved"
@@ -80,6 +81,11 @@ class Workload(msgspec.Struct, frozen=True):
     # read only under ``--victim-cost lost-gpu-hours``.
     last_checkpoint: datetime | None = None
     checkpoint_interval_s: int | None = None
+    # status.admissionChecks, as Kueue keeps them while quota is reserved.
+    checks: tuple[CheckState, ...] = ()
+    # The name of gangpreempt's AdmissionCheck when the workload's ClusterQueue lists
+    # one (joined when the objects are read): the workload is gangpreempt's to place.
+    placement_check: str = ""
 
     @property
     def key(self) -> str:
@@ -103,14 +109,33 @@ class Workload(msgspec.Struct, frozen=True):
         cond = self.condition(type_)
         return cond is not None and cond.status == "True"
 
+    def check(self, name: str) -> CheckState | None:
+        for state in self.checks:
+            if state.name == name:
+                return state
+        return None
+
+    @property
+    def awaits_placement(self) -> bool:
+        """Kueue reserved quota for it, and gangpreempt's admission check is not Ready
+        yet: it is still gangpreempt's to decide, as if it were pending (Kueue admits
+        it only once the check says its whole placement is confirmed)."""
+        if not self.placement_check or self.admission is None or self.is_evicting:
+            return False
+        mine = self.check(self.placement_check)
+        return mine is None or mine.state != READY
+
     @property
     def holds_quota(self) -> bool:
         """Admitted or quota-reserved: its usage counts against its ClusterQueue.
 
         An admission without any QuotaReserved / Admitted condition (a hand-written
-        manifest) is taken at its word.
+        manifest) is taken at its word. A reservation that awaits gangpreempt's
+        admission check does not count: gangpreempt decides it as a pending workload.
         """
         if self.admission is None or self.condition_true(FINISHED):
+            return False
+        if self.awaits_placement:
             return False
         reserved = self.condition(QUOTA_RESERVED)
         if reserved is not None:

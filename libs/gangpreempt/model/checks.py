@@ -1,0 +1,63 @@
+"""Kueue's admission checks as gangpreempt takes part in them (Kueue KEP-993's
+protocol, as Kueue's code has it): an ``AdmissionCheck`` names the controller that
+decides it; a ClusterQueue lists the checks its workloads must pass; a Workload that
+holds a quota reservation carries each check's state, and Kueue admits it only once
+every one is ``Ready``.
+
+A ClusterQueue that lists an AdmissionCheck whose ``controllerName`` is
+``CONTROLLER_NAME`` is *managed*: gangpreempt, not Kueue, is the preemption authority
+for its workloads, and a workload of it that Kueue reserved quota for starts only when
+gangpreempt says its whole placement is confirmed."""
+
+from __future__ import annotations
+
+import msgspec
+
+CONTROLLER_NAME = "gangpreempt.io/placement"
+# The annotation on a managed ClusterQueue that holds the preemption policy gangpreempt
+# applies (Kueue's own stanza says Never, so that Kueue stays out).
+PREEMPTION_ANNOTATION = "gangpreempt.io/preemption"
+
+# Put on a managed Workload's pods by the check's podSetUpdates (Kueue copies them into
+# the pod templates): links the pods to their Workload, and marks them for the gate.
+WORKLOAD_LABEL = "gangpreempt.io/workload"
+
+PENDING = "Pending"
+READY = "Ready"
+RETRY = "Retry"
+REJECTED = "Rejected"
+CHECK_STATES = (PENDING, READY, RETRY, REJECTED)
+ACTIVE = "Active"  # the AdmissionCheck's condition its controller sets
+
+
+class AdmissionCheck(msgspec.Struct, frozen=True):
+    name: str
+    controller_name: str
+    active: bool = False  # its ``Active`` condition is True
+
+    @property
+    def ours(self) -> bool:
+        return self.controller_name == CONTROLLER_NAME
+
+
+class CheckState(msgspec.Struct, frozen=True):
+    """One entry of a Workload's ``status.admissionChecks``."""
+
+    name: str
+    state: str = PENDING
+    retry_count: int = 0
+
+
+__all__ = [
+    "ACTIVE",
+    "CHECK_STATES",
+    "CONTROLLER_NAME",
+    "PENDING",
+    "PREEMPTION_ANNOTATION",
+    "READY",
+    "REJECTED",
+    "RETRY",
+    "WORKLOAD_LABEL",
+    "AdmissionCheck",
+    "CheckState",
+]

@@ -1,0 +1,131 @@
+"""gangpreempt's admission check written on a Kueue Workload (``docs/kubernetes.md``, the
+hand-off), and its AdmissionChecks marked ``Active``.
+
+A decision is written only while it still applies: the same Workload (uid), quota still
+reserved, the check on it and not ``Ready`` already (a Ready check is Kueue's to reset,
+on eviction). The entry is replaced in ``status.admissionChecks`` by a merge patch
+carrying the uid and the resourceVersion just read, so a write that raced another is
+read again and redone (``services.kube.writing``). ``Ready`` adds a ``podSetUpdates``
+label ``gangpreempt.io/workload`` on each pod set: Kueue puts it on the pods it creates,
+by which they are gated at creation and later narrowed to their planned nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gangpreempt import events
+from gangpreempt.errors import Transient
+from gangpreempt.model.checks import ACTIVE, READY, RETRY, WORKLOAD_LABEL
+from services.actuator.kube_kueue import get_workload
+from services.kube.access import ADMISSION_CHECK_STATUS, ADMISSION_CHECKS, KUEUE_WORKLOAD_STATUS
+from services.kube.client import JSON, MERGE_PATCH, ApiError, KubeApi, path_of
+from services.kube.recording import Recorder, involved_object
+from services.kube.writing import check_uid, now_rfc3339, preconditions
+
+MESSAGE_MAX = 32768  # Kueue's limit on a check's message
+
+WRITTEN = "written"
+UNCHANGED = "unchanged"
+
+
+def _entry(ev: events.CheckDecided, old: JSON, pod_sets: list[str], name: str) -> JSON:
+    entry: JSON = {**old, "state": ev.state, "message": ev.message[:MESSAGE_MAX]}
+    if old.get("state") != ev.state or not old.get("lastTransitionTime"):
+        entry["lastTransitionTime"] = now_rfc3339()
+    entry.pop("requeueAfterSeconds", None)
+    entry.pop("podSetUpdates", None)
+    if ev.state == RETRY:
+        entry["requeueAfterSeconds"] = ev.requeue_after_s
+    if ev.state == READY:
+        entry["podSetUpdates"] = [{"name": ps, "labels": {WORKLOAD_LABEL: name}} for ps in pod_sets]
+    return entry
+
+
+async def set_check(
+    api: KubeApi, version: str | None, recorder: Recorder, ev: events.CheckDecided
+) -> str:
+    """One attempt (re-read, check, patch): ``written``, ``unchanged``, or why the
+    decision no longer applies (``Stale`` when the Workload was replaced)."""
+    key = ev.workload.partition("/")[2]
+    obj = await get_workload(api, version, key)
+    if obj is None or version is None:
+        return "the workload is gone"
+    check_uid(ev.workload, obj, ev.uid)
+    status: dict[str, Any] = obj.get("status") or {}
+    if not status.get("admission"):
+        return "no quota is reserved for it any more"
+    checks = [c for c in status.get("admissionChecks") or [] if isinstance(c, dict)]
+    at = next((i for i, c in enumerate(checks) if c.get("name") == ev.check), None)
+    if at is None:  # Kueue adds the queue's checks right after it reserves
+        raise Transient(f"{ev.workload}: admission check {ev.check!r} not on it yet")
+    old = checks[at]
+    if old.get("state") == READY:
+        return "the check is Ready already"
+    if old.get("state") == ev.state and old.get("message") == ev.message[:MESSAGE_MAX]:
+        return UNCHANGED
+    spec = obj.get("spec") or {}
+    pod_sets = [str(ps.get("name", "main")) for ps in spec.get("podSets") or []]
+    namespace, _, name = key.partition("/")
+    checks[at] = _entry(ev, old, pod_sets, name)
+    await api.request(
+        "PATCH",
+        KUEUE_WORKLOAD_STATUS,
+        "patch",
+        path_of(KUEUE_WORKLOAD_STATUS, version, namespace, name),
+        body={"metadata": preconditions(obj), "status": {"admissionChecks": checks}},
+        content_type=MERGE_PATCH,
+    )
+    meta = obj.get("metadata") or {}
+    involved = involved_object(
+        str(obj.get("apiVersion", "")), "Workload", namespace, name, str(meta.get("uid", ""))
+    )
+    reason = "PlacementConfirmed" if ev.state == READY else "PlacementRetry"
+    await recorder.record(involved, reason, ev.message, ev.id)
+    return WRITTEN
+
+
+async def mark_active(api: KubeApi, version: str | None, names: list[str]) -> list[str]:
+    """Set the ``Active`` condition on gangpreempt's AdmissionChecks ``names`` that lack
+    it; the names written."""
+    written: list[str] = []
+    if version is None:
+        return written
+    for name in names:
+        try:
+            obj = await api.request(
+                "GET", ADMISSION_CHECKS, "get", path_of(ADMISSION_CHECKS, version, None, name)
+            )
+        except ApiError as exc:
+            if exc.status == 404:
+                continue
+            raise
+        conditions = [
+            c for c in (obj.get("status") or {}).get("conditions") or [] if isinstance(c, dict)
+        ]
+        if any(c.get("type") == ACTIVE and c.get("status") == "True" for c in conditions):
+            continue
+        meta = obj.get("metadata") or {}
+        kept = [c for c in conditions if c.get("type") != ACTIVE]
+        kept.append(
+            {
+                "type": ACTIVE,
+                "status": "True",
+                "reason": "Active",
+                "message": "gangpreempt's actuator decides this check",
+                "lastTransitionTime": now_rfc3339(),
+                "observedGeneration": meta.get("generation") or 0,
+            }
+        )
+        await api.request(
+            "PATCH",
+            ADMISSION_CHECK_STATUS,
+            "patch",
+            path_of(ADMISSION_CHECK_STATUS, version, None, name),
+            body={"metadata": preconditions(obj), "status": {"conditions": kept}},
+            content_type=MERGE_PATCH,
+        )
+        written.append(name)
+    return written
+
+
+__all__ = ["UNCHANGED", "WORKLOAD_LABEL", "WRITTEN", "mark_active", "set_check"]

@@ -1,0 +1,190 @@
+"""gangpreempt's admission check written by the kubernetes sink, through
+kubernetes-asyncio against an API server over HTTP: the entry replaced with the uid and
+resourceVersion as preconditions, a 409 read again, nothing written when the decision
+no longer applies, and gangpreempt's AdmissionChecks marked Active."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gangpreempt import events
+from gangpreempt.model.checks import CONTROLLER_NAME
+from services.actuator.kube_checks import WORKLOAD_LABEL
+from services.actuator.kubernetes import KubeSink
+from services.kube.access import ACCESS
+from tests.kube.apiserver import ApiServer
+from tests.kube.objects import kueue_workload
+from tests.kube.sinking import Replica, uid_of
+from tests.kube.sinking import events as recorded
+
+pytestmark = pytest.mark.kube
+
+GROUP = "kueue.x-k8s.io"
+GRANTED = {(r.group, r.plural, v) for r, verbs in ACCESS["actuator"].items() for v in verbs}
+
+
+@pytest.fixture(autouse=True)
+async def calls_are_granted(apiserver: ApiServer) -> AsyncIterator[None]:
+    yield
+    used = {(g, res, verb) for verb, g, res in apiserver.calls}
+    assert used <= GRANTED, used - GRANTED
+
+
+def reserved(name: str, check: str | None = "Pending") -> dict[str, Any]:
+    """A Workload Kueue reserved quota for, its admission checks as Kueue set them."""
+    wl = kueue_workload(name)
+    conditions = wl["status"]["conditions"]
+    conditions[1] = {**conditions[1], "status": "False", "reason": "NoChecks"}
+    if check is not None:
+        wl["status"]["admissionChecks"] = [
+            {
+                "name": "gangpreempt",
+                "state": check,
+                "message": "",
+                "lastTransitionTime": "2026-11-01T00:00:00Z",
+            },
+            {
+                "name": "other",
+                "state": "Ready",
+                "message": "kept",
+                "lastTransitionTime": "2026-11-01T00:00:00Z",
+            },
+        ]
+    return wl
+
+
+def decided(uid: str, state: str = "Ready", **kw: Any) -> events.CheckDecided:
+    return events.CheckDecided(
+        id=f"check-{state}",
+        occurred_at=datetime.now(UTC),
+        workload="Workload/team-a/big",
+        uid=uid,
+        resource_version="1",
+        check="gangpreempt",
+        state=state,
+        message=kw.pop("message", f"placement {state}"),
+        **kw,
+    )
+
+
+def checks_of(apiserver: ApiServer, name: str = "big") -> dict[str, dict[str, Any]]:
+    wl = apiserver.get(GROUP, "workloads", "team-a", name)
+    assert wl is not None
+    return {c["name"]: c for c in wl["status"].get("admissionChecks") or []}
+
+
+async def test_ready_is_written_with_a_label_for_each_pod_set(
+    apiserver: ApiServer, sink: tuple[KubeSink, Replica]
+) -> None:
+    s, _ = sink
+    apiserver.put(reserved("big"))
+    uid = uid_of(apiserver, GROUP, "workloads", "team-a", "big")
+    rv = apiserver.get(GROUP, "workloads", "team-a", "big")["metadata"]["resourceVersion"]  # type: ignore[index]
+    assert await s.set_check(decided(uid)) == "written"
+    checks = checks_of(apiserver)
+    assert checks["gangpreempt"]["state"] == "Ready"
+    assert checks["gangpreempt"]["message"] == "placement Ready"
+    assert checks["gangpreempt"]["podSetUpdates"] == [
+        {"name": "main", "labels": {WORKLOAD_LABEL: "big"}}
+    ]
+    assert checks["gangpreempt"]["lastTransitionTime"] != "2026-11-01T00:00:00Z"
+    assert checks["other"] == {  # another controller's check is left as it was
+        "name": "other",
+        "state": "Ready",
+        "message": "kept",
+        "lastTransitionTime": "2026-11-01T00:00:00Z",
+    }
+    (patch,) = [r for r in apiserver.requests if r[0] == "PATCH"]
+    assert patch[1].endswith("/workloads/big/status")
+    assert patch[2]["metadata"] == {"uid": uid, "resourceVersion": rv}
+    assert [e["reason"] for e in recorded(apiserver)] == ["PlacementConfirmed"]
+    # Written once: a redelivered decision finds the check Ready and writes nothing.
+    assert await s.set_check(decided(uid)) == "the check is Ready already"
+    assert len([r for r in apiserver.requests if r[0] == "PATCH"]) == 1
+
+
+async def test_retry_asks_kueue_to_wait_and_is_not_written_twice(
+    apiserver: ApiServer, sink: tuple[KubeSink, Replica]
+) -> None:
+    s, _ = sink
+    apiserver.put(reserved("big"))
+    uid = uid_of(apiserver, GROUP, "workloads", "team-a", "big")
+    retry = decided(uid, "Retry", requeue_after_s=40, message="quota held for plan p")
+    assert await s.set_check(retry) == "written"
+    mine = checks_of(apiserver)["gangpreempt"]
+    assert (mine["state"], mine["requeueAfterSeconds"]) == ("Retry", 40)
+    assert "podSetUpdates" not in mine
+    assert await s.set_check(retry) == "unchanged"
+    assert len([r for r in apiserver.requests if r[0] == "PATCH"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ("released", "no quota is reserved"),
+        ("replaced", "stale"),
+        ("deleted", "gone"),
+    ],
+)
+async def test_a_decision_that_no_longer_applies_writes_nothing(
+    apiserver: ApiServer, sink: tuple[KubeSink, Replica], change: str, says: str
+) -> None:
+    s, _ = sink
+    apiserver.put(reserved("big"))
+    uid = uid_of(apiserver, GROUP, "workloads", "team-a", "big")
+    if change == "released":  # Kueue released the reservation meanwhile
+        wl = apiserver.get(GROUP, "workloads", "team-a", "big")
+        assert wl is not None
+        del wl["status"]["admission"]
+    elif change == "replaced":
+        apiserver.delete_now(GROUP, "workloads", "team-a", "big")
+        apiserver.put(reserved("big"))
+    else:
+        apiserver.delete_now(GROUP, "workloads", "team-a", "big")
+    assert says in await s.set_check(decided(uid))
+    assert not [r for r in apiserver.requests if r[0] == "PATCH"]
+
+
+async def test_a_write_that_raced_another_is_read_again(
+    apiserver: ApiServer, sink: tuple[KubeSink, Replica]
+) -> None:
+    s, _ = sink
+    apiserver.put(reserved("big"))
+    uid = uid_of(apiserver, GROUP, "workloads", "team-a", "big")
+    apiserver.fail("PATCH", "/workloads/big/status", 409, count=1)
+    assert await s.set_check(decided(uid)) == "written"
+    assert checks_of(apiserver)["gangpreempt"]["state"] == "Ready"
+    assert len([r for r in apiserver.requests if r[0] == "PATCH"]) == 2
+
+
+async def test_gangpreempts_admission_checks_are_marked_active(
+    apiserver: ApiServer, sink: tuple[KubeSink, Replica]
+) -> None:
+    s, replica = sink
+    for name, controller in (
+        ("gangpreempt", CONTROLLER_NAME),
+        ("prov", "kueue.x-k8s.io/provisioning-request"),
+    ):
+        apiserver.put(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "AdmissionCheck",
+                "metadata": {"name": name},
+                "spec": {"controllerName": controller},
+            }
+        )
+    replica.refresh()
+    assert await s.activate() == ["gangpreempt"]
+    ours = apiserver.get(GROUP, "admissionchecks", "", "gangpreempt")
+    assert ours is not None
+    (active,) = ours["status"]["conditions"]
+    assert (active["type"], active["status"]) == ("Active", "True")
+    other = apiserver.get(GROUP, "admissionchecks", "", "prov")
+    assert other is not None
+    assert not other.get("status", {}).get("conditions")
+    replica.refresh()
+    assert await s.activate() == []  # active already: nothing more is written
