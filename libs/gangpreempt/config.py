@@ -52,6 +52,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # The first Retry of gangpreempt's admission check asks Kueue to wait this long; it
     # doubles with Kueue's retryCount, up to 300 s.
     check_backoff: float = 10.0
+    # actuator: a pod gated by gangpreempt that nothing placed within this many seconds
+    # is released unchanged (fail: open), or kept gated and reported (fail: closed).
+    gate_timeout: float = 600.0
+    gate_fail: str = "open"  # open | closed
     # actuator
     sink: str = "sim"  # sim | log | kubernetes
     # How a victim pod goes: deleted, or labelled scheduling.koordinator.sh/soft-eviction
@@ -77,11 +81,13 @@ _POSITIVE = {
     "relist_interval",
     "record_retention",
     "check_backoff",
+    "gate_timeout",
 }
 _INTEGERS = {"stream_replicas": (1, 5), "health_port": (0, 65535)}
 _CHOICES = {
     "sink": ("sim", "log", "kubernetes"),
     "authority": ("all", "admission-check"),
+    "gate_fail": ("open", "closed"),
     "source": ("manifests", "kubernetes"),
     "pod_eviction": ("delete", "eviction", "soft-eviction"),
     "log_level": ("debug", "info", "warning", "error"),

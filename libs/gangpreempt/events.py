@@ -100,6 +100,9 @@ class CheckDecided(Event, frozen=True, kw_only=True, tag=True):
     # Ready: each pod set's pods -> the node each is to land on (the pods are gated until
     # they are narrowed there), and the label ``podSetUpdates`` put on them.
     placement: dict[str, str] = msgspec.field(default_factory=dict)
+    # Ready: each pod set's planned nodes, one per pod (podSetUpdates put them on the
+    # pods, whose gate is removed once each is narrowed to one of them).
+    pod_set_nodes: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
     quota_token: int = 0  # quota's lease token when it decided (no other is written)
 
 

@@ -6,8 +6,10 @@ reserved, the check on it and not ``Ready`` already (a Ready check is Kueue's to
 on eviction). The entry is replaced in ``status.admissionChecks`` by a merge patch
 carrying the uid and the resourceVersion just read, so a write that raced another is
 read again and redone (``services.kube.writing``). ``Ready`` adds a ``podSetUpdates``
-label ``gangpreempt.io/workload`` on each pod set: Kueue puts it on the pods it creates,
-by which they are gated at creation and later narrowed to their planned nodes."""
+label ``gangpreempt.io/workload`` on each pod set, and the annotation
+``gangpreempt.io/planned-nodes`` (the pod set's planned nodes): Kueue puts them on the
+pods it creates, by which they are gated at creation and later narrowed to their
+planned nodes (``planning.gating``)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,13 @@ from typing import Any
 
 from gangpreempt import events
 from gangpreempt.errors import Transient
-from gangpreempt.model.checks import ACTIVE, READY, RETRY, WORKLOAD_LABEL
+from gangpreempt.model.checks import (
+    ACTIVE,
+    PLANNED_NODES_ANNOTATION,
+    READY,
+    RETRY,
+    WORKLOAD_LABEL,
+)
 from services.actuator.kube_kueue import get_workload
 from services.kube.access import ADMISSION_CHECK_STATUS, ADMISSION_CHECKS, KUEUE_WORKLOAD_STATUS
 from services.kube.client import JSON, MERGE_PATCH, ApiError, KubeApi, path_of
@@ -37,7 +45,14 @@ def _entry(ev: events.CheckDecided, old: JSON, pod_sets: list[str], name: str) -
     if ev.state == RETRY:
         entry["requeueAfterSeconds"] = ev.requeue_after_s
     if ev.state == READY:
-        entry["podSetUpdates"] = [{"name": ps, "labels": {WORKLOAD_LABEL: name}} for ps in pod_sets]
+        updates: list[JSON] = []
+        for ps in pod_sets:
+            update: JSON = {"name": ps, "labels": {WORKLOAD_LABEL: name}}
+            nodes = ev.pod_set_nodes.get(ps)
+            if nodes:
+                update["annotations"] = {PLANNED_NODES_ANNOTATION: ",".join(nodes)}
+            updates.append(update)
+        entry["podSetUpdates"] = updates
     return entry
 
 

@@ -20,6 +20,7 @@ from gangpreempt.planning.barrier import LiveObject, live_pods, live_workload
 from gangpreempt.replica import StateReplica
 from services import simwire
 from services.actuator.kube_checks import mark_active, set_check
+from services.actuator.kube_gates import lift_gate
 from services.actuator.kube_kueue import evict_workload, get_workload
 from services.actuator.kube_pods import PodEvictor
 from services.kube.access import KUEUE_WORKLOADS, PODS
@@ -180,6 +181,19 @@ class KubeSink:
         return await retrying(
             "AdmissionChecks", lambda: mark_active(self.api, self.kueue_version, mine)
         )
+
+    async def lift_gate(self, key: str, host: str | None, why: str) -> str:
+        """Narrow the gated pod ``key`` to the node of hostname ``host`` (None: release it
+        unchanged) and remove gangpreempt's gate (what was done, or why nothing was)."""
+        if self.fenced():
+            raise Fenced(FENCED)
+        try:
+            return await retrying(
+                f"Pod/{key}",
+                lambda: lift_gate(self.api, self.pods, self.recorder, key, host, why),
+            )
+        except ApiError as exc:
+            return f"Pod/{key}: {exc}"
 
     async def _preemptor_event(self, request: simwire.EvictRequest) -> None:
         kind, namespace, name = _split(request.preemptor)

@@ -31,7 +31,7 @@ from gangpreempt.errors import Fenced, Transient
 from gangpreempt.planning.records import PlanRecord, actuator_owes
 from gangpreempt.replica import StateReplica
 from gangpreempt.telemetry import metrics
-from services.actuator.checking import CheckWriter
+from services.actuator.checking import QuotaOrders
 from services.actuator.driving import Driver
 from services.actuator.kubernetes import KubeSink
 from services.actuator.sinks import LogSink, SimSink, Sink
@@ -62,7 +62,7 @@ class Actuator:
         self.lease: Lease | None = None
         self.leases: KeyValue | None = None
         self.driver: Driver | None = None
-        self.check_writer: CheckWriter | None = None
+        self.orders: QuotaOrders | None = None
 
     def changed(self, old: PlanRecord | None, new: PlanRecord | None) -> None:
         current = new or old
@@ -90,10 +90,10 @@ class Actuator:
             raise Fenced(f"the lease is held under token {current}, not {token}")
 
     # -- the active instance -----------------------------------------------------------------
-    def checks(self, leases: KeyValue) -> CheckWriter:
-        if self.check_writer is None:
-            self.check_writer = CheckWriter(self.ctx, self.sink, leases)
-        return self.check_writer
+    def checks(self, leases: KeyValue) -> QuotaOrders:
+        if self.orders is None:
+            self.orders = QuotaOrders(self.ctx, self.sink, leases, self.replica)
+        return self.orders
 
     async def active(self, lease: Lease, term: asyncio.Event) -> None:
         """Drive the records that owe work until the lease is lost or the service stops

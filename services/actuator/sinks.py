@@ -30,6 +30,8 @@ class Sink(Protocol):
 
     async def activate(self) -> list[str]: ...
 
+    async def lift_gate(self, key: str, host: str | None, why: str) -> str: ...
+
 
 class SimSink:
     """The sim cluster in ingest, over request/reply."""
@@ -64,6 +66,9 @@ class SimSink:
 
     async def activate(self) -> list[str]:
         return []
+
+    async def lift_gate(self, key: str, host: str | None, why: str) -> str:
+        return "the sim binds admitted pods itself"  # its pods carry no gates
 
 
 class LogSink:
@@ -105,6 +110,10 @@ class LogSink:
 
     async def activate(self) -> list[str]:
         return []
+
+    async def lift_gate(self, key: str, host: str | None, why: str) -> str:
+        log.info("would lift the gate", pod=key, hostname=host, why=why)
+        return "logged"
 
 
 __all__ = ["LogSink", "SimSink", "Sink"]

@@ -378,7 +378,7 @@ class Quota:
             if not decides_workload(wl, authority):
                 continue  # Kueue's to decide
             if wl.awaits_placement and d.outcome != "Preempt":
-                check = check_decided(d, wl, self.ctx.now(), self.ctx.settings.check_backoff)
+                check = check_decided(state, d, wl, self.ctx.now(), self.ctx.settings.check_backoff)
                 if self.fresh(key, ("Check", wl.resource_version, check.state, check.message)):
                     outbox.append(check)
                 continue

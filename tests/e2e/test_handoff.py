@@ -19,8 +19,10 @@ from nats.aio.client import Client
 from gangpreempt import events
 from gangpreempt.bus import Topology
 from gangpreempt.bus.status import quota_caught_up
-from gangpreempt.model.checks import WORKLOAD_LABEL
+from gangpreempt.model.checks import GATE, PLANNED_NODES_ANNOTATION, WORKLOAD_LABEL
+from gangpreempt.planning.authority import AUTHORITY_LABEL, ENABLED
 from tests.e2e.harness import Services, decisions, of, state_has, wait_for
+from tests.e2e.scenarios import gpu_cluster
 from tests.e2e.test_kube_saga import KUEUE_V1BETA2, kube_env
 from tests.kube.apiserver import CORE, PLUGINS, ApiServer
 from tests.waiting import until
@@ -264,6 +266,36 @@ async def until_check(kueue: Kueue, name: str, state: str, what: str) -> dict[st
     return kueue.check(name)
 
 
+def started_pod(name: str, update: dict[str, Any], gate: bool = True) -> dict[str, Any]:
+    """A pod as Kueue's job creates it once admitted: the pod set's podSetUpdates on it
+    and, from the admission policy, gangpreempt's gate (beside another controller's)."""
+    gates = [{"name": "gangpreempt.io/placement"}, {"name": "example.com/other"}] if gate else []
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "namespace": "default",
+            "name": name,
+            "labels": {**update.get("labels", {}), "kueue.x-k8s.io/podset": update["name"]},
+            "annotations": dict(update.get("annotations", {})),
+        },
+        "spec": {
+            "nodeSelector": {"disk": "ssd"},
+            "schedulingGates": gates,
+            "priority": 1000,
+            "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "8"}}}
+            ],
+        },
+    }
+
+
+def gates_of(server: ApiServer, name: str, namespace: str = "default") -> list[str]:
+    pod = server.get("", "pods", namespace, name)
+    assert pod is not None
+    return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+
+
 def requested_for(evs: list[events.Event], workload: str) -> bool:
     return bool(of(evs, events.PreemptionRequested, workload=workload))
 
@@ -304,11 +336,24 @@ async def test_the_preemptor_is_admitted_through_the_check_where_its_victims_wer
     kueue.reserve("train")
     check = await until_check(kueue, "train", "Ready", "train's check Ready")
     assert "node-0" in check["message"]
-    assert check["podSetUpdates"] == [{"name": "main", "labels": {WORKLOAD_LABEL: "train"}}]
+    assert check["podSetUpdates"] == [
+        {
+            "name": "main",
+            "labels": {WORKLOAD_LABEL: "train"},
+            "annotations": {PLANNED_NODES_ANNOTATION: "node-0"},
+        }
+    ]
     (ready,) = of(await decisions(nc, topology), events.CheckDecided, workload=TRAIN)
     assert ready.state == "Ready"
     assert ready.placement == {"Pod/default/train-0": "node-0"}
     assert kueue.get("mid")["status"]["admission"]  # type: ignore[index]
+    # Kueue admits and starts the job: its pod carries the pod set's updates, and the
+    # gate (the admission policy's part); gangpreempt narrows it to node-0 and ungates it.
+    apiserver.put(started_pod("train-x7k2p", check["podSetUpdates"][0]))
+    await until(lambda: GATE not in gates_of(apiserver, "train-x7k2p"), 30, "ungated")
+    spec = apiserver.get("", "pods", "default", "train-x7k2p")["spec"]  # type: ignore[index]
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "node-0", "disk": "ssd"}
+    assert spec["schedulingGates"] == [{"name": "example.com/other"}]  # another's stays
 
 
 async def test_a_competitor_that_takes_the_held_room_is_retried(
@@ -376,3 +421,80 @@ async def test_a_workload_of_an_unmanaged_queue_is_left_to_kueue(
     evs = await decisions(nc, topology)
     assert not requested_for(evs, "Workload/default/theirs")
     assert not [e for e in evs if getattr(e, "workload", "") == "Workload/default/theirs"]
+
+
+async def test_a_gated_pod_nothing_places_is_released_unchanged(
+    nc: Client,
+    topology: Topology,
+    services: Services,
+    apiserver: ApiServer,
+    kueue: Kueue,
+    tmp_path: Path,
+) -> None:
+    """Fail-open: a pod gated by gangpreempt whose placement never comes is ungated as it
+    was, past ``GANGPREEMPT_GATE_TIMEOUT``, with an Event saying why."""
+    cluster(apiserver)
+    env = kube_env(
+        apiserver, tmp_path, GANGPREEMPT_AUTHORITY="admission-check", GANGPREEMPT_GATE_TIMEOUT="2"
+    )
+    services.start(extra=env)
+    services.wait_started()
+    apiserver.put(started_pod("stray", {"name": "main", "labels": {WORKLOAD_LABEL: "nobody"}}))
+    await state_has(nc, topology, "Pod", "default/stray")
+    await until(lambda: gates_of(apiserver, "stray") == ["example.com/other"], 30, "released")
+    pod = apiserver.get("", "pods", "default", "stray")
+    assert pod is not None
+    assert pod["spec"]["nodeSelector"] == {"disk": "ssd"}  # unchanged
+    reasons = [
+        e["reason"]
+        for e in apiserver.objects[("", "events")].values()
+        if e["involvedObject"]["name"] == "stray"
+    ]
+    assert reasons == ["PlacementReleased"]
+
+
+async def test_a_gated_gang_lands_where_its_plan_freed_room(
+    nc: Client,
+    topology: Topology,
+    services: Services,
+    scenario_dir: Path,
+    apiserver: ApiServer,
+    tmp_path: Path,
+) -> None:
+    """A PodGroup gang in a namespace under gangpreempt's authority, gated at creation:
+    its victims are evicted, then each pod is narrowed to the node its plan freed and
+    ungated (kube-scheduler's part, binding it there, is the real scheduler's test)."""
+    apiserver.pod_termination = 0.3
+    gpu_cluster(scenario_dir)
+    apiserver.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "ml", "labels": {AUTHORITY_LABEL: ENABLED}},
+        }
+    )
+    for doc in yaml.safe_load_all((scenario_dir / "cluster.yaml").read_text()):
+        if doc:
+            apiserver.put(doc)
+    services.start(extra=kube_env(apiserver, tmp_path, GANGPREEMPT_AUTHORITY="admission-check"))
+    services.wait_started()
+    await state_has(nc, topology, "Pod", "ml/scavenger-1")
+    for doc in yaml.safe_load_all((scenario_dir / "train.yaml").read_text()):
+        if doc and doc["kind"] == "Pod":
+            doc["spec"]["schedulingGates"] = [{"name": GATE}]
+        if doc:
+            apiserver.put(doc)
+    train = "PodGroup/ml/train"
+    evs = await wait_for(
+        nc,
+        topology,
+        lambda e: any(a.placement for a in of(e, events.Admitted, workload=train)),
+        what="the gang admitted with its placement",
+    )
+    (proposal,) = of(evs, events.PlanProposed, preemptor=train)
+    placement = {ref.rsplit("/", 1)[1]: node for ref, node in proposal.placement.items()}
+    for pod, node in placement.items():
+        await until(lambda pod=pod: not gates_of(apiserver, pod, "ml"), 30, f"{pod} ungated")
+        spec = apiserver.get("", "pods", "ml", pod)["spec"]  # type: ignore[index]
+        assert spec["nodeSelector"] == {"kubernetes.io/hostname": node}
+    assert sorted(placement) == ["train-0", "train-1"]

@@ -285,18 +285,18 @@ def test_authority_decides_only_the_managed() -> None:
 # -- the check's next state ------------------------------------------------------------------
 
 
-def decision_for(objects: list[dict[str, Any]], name: str) -> tuple[Any, Any]:
+def decision_for(objects: list[dict[str, Any]], name: str) -> tuple[Any, Any, ClusterState]:
     state, _ = read(objects)
     decisions = {d.preemptor: d for d in plan(state, NOW).decisions}
-    return decisions[f"Workload/ns/{name}"], state.workloads[f"ns/{name}"]
+    return decisions[f"Workload/ns/{name}"], state.workloads[f"ns/{name}"], state
 
 
 def test_a_reserved_workload_that_fits_gets_ready() -> None:
     objects = [*queues(), workload("low", 4, 1, admitted=True, check="Ready")]
     objects.append(workload("w", 4, 10, reserved=True, check="Pending"))
-    d, wl = decision_for(objects, "w")
+    d, wl, state = decision_for(objects, "w")
     assert d.outcome == "Admit"
-    ev = check_decided(d, wl, NOW, 10.0)
+    ev = check_decided(state, d, wl, NOW, 10.0)
     assert (ev.state, ev.check, ev.workload, ev.uid) == (
         "Ready",
         "gangpreempt",
@@ -315,13 +315,13 @@ def test_a_reservation_in_room_that_is_not_there_gets_retry_or_a_preemption() ->
         workload("low", 4, 1, admitted=True, check="Ready"),
         workload("w", 8, 10, reserved=True, check="Pending", retries=2),
     ]
-    d, wl = decision_for([*queues(), *base], "w")
+    d, wl, state = decision_for([*queues(), *base], "w")
     assert d.outcome == "Pending"
-    ev = check_decided(d, wl, NOW, 10.0)
+    ev = check_decided(state, d, wl, NOW, 10.0)
     assert ev.state == "Retry"
     assert ev.requeue_after_s == 40  # 10 s doubled for each of Kueue's two retries
     assert ev.message.startswith("gangpreempt: ")
-    d, _ = decision_for([*queues(policy={"withinClusterQueue": "LowerPriority"}), *base], "w")
+    d, _, _ = decision_for([*queues(policy={"withinClusterQueue": "LowerPriority"}), *base], "w")
     assert d.outcome == "Preempt"
     assert [v.object for v in d.victims] == ["Workload/ns/low"]
 

@@ -26,8 +26,9 @@ SPECS: dict[str, ConsumerSpec] = {
     "quota": ConsumerSpec(events=(events.PlanProposed, events.PreemptionInfeasible)),
     # a victim search on a very large cluster takes a second or more
     "victims": ConsumerSpec(events=(events.PreemptionRequested,), ack_wait=30.0),
-    # the active actuator writes quota's admission check decisions
-    "actuator": ConsumerSpec(events=(events.CheckDecided,), ack_wait=70.0),
+    # the active actuator writes quota's admission check decisions and lifts the gates
+    # of the pods quota placed
+    "actuator": ConsumerSpec(events=(events.CheckDecided, events.Admitted), ack_wait=70.0),
 }
 
 

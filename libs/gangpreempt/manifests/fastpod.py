@@ -21,7 +21,7 @@ from gangpreempt.model.quantity import MAX_AMOUNT, QuantityError, to_amount
 from gangpreempt.model.scheduling import SchedulingConstraints
 
 # Fields of a pod's spec that change its requests: left to the general decoder.
-_GENERAL_SPEC = ("initContainers", "overhead", "resources")
+_GENERAL_SPEC = ("initContainers", "overhead", "resources", "schedulingGates")
 _NO_CONSTRAINTS = SchedulingConstraints()
 _WHERE = Where("", 0)
 INT32 = 2**31

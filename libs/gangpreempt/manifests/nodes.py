@@ -9,7 +9,7 @@ from typing import Any
 
 from gangpreempt.manifests.fields import Fields
 from gangpreempt.manifests.podspec import constraints, pod_requests, requirements, taints
-from gangpreempt.model.checks import WORKLOAD_LABEL
+from gangpreempt.model.checks import PLANNED_NODES_ANNOTATION, WORKLOAD_LABEL
 from gangpreempt.model.pods import (
     KUEUE_WORKLOAD_ANNOTATION,
     QUOTA_ALLOW_LENT_LABEL,
@@ -55,6 +55,7 @@ def pod(namespace: str, name: str, meta: Fields, spec: Fields, status: Fields) -
     labels = meta.text_map("labels")
     annotations = meta.text_map("annotations")
     phase = status.text("phase", default="")
+    gates = tuple(g.text("name", required=True) for g in spec.maps("schedulingGates"))
     return pod_of(
         namespace,
         name,
@@ -73,6 +74,8 @@ def pod(namespace: str, name: str, meta: Fields, spec: Fields, status: Fields) -
         start_time=status.time("startTime"),
         scheduled_at=_scheduled_at(status),
         terminating=meta.time("deletionTimestamp") is not None,
+        gates=gates,
+        created=meta.time("creationTimestamp") if gates else None,
     )
 
 
@@ -93,6 +96,7 @@ def pod_of(
             group = f"{namespace}/{labels[label]}"
             break
     kueue = annotations.get(KUEUE_WORKLOAD_ANNOTATION) or labels.get(WORKLOAD_LABEL)
+    planned = annotations.get(PLANNED_NODES_ANNOTATION, "")
     return Pod(
         namespace=namespace,
         name=name,
@@ -100,6 +104,7 @@ def pod_of(
         finished=phase in ("Succeeded", "Failed"),
         group=group,
         kueue_workload=f"{namespace}/{kueue}" if kueue else "",
+        planned_nodes=tuple(n for n in planned.split(",") if n),
         **fields,
     )
 

@@ -22,6 +22,14 @@ PREEMPTION_ANNOTATION = "gangpreempt.io/preemption"
 # the pod templates): links the pods to their Workload, and marks them for the gate.
 WORKLOAD_LABEL = "gangpreempt.io/workload"
 
+# The scheduling gate gangpreempt's pods carry from creation (a MutatingAdmissionPolicy
+# in deploy/k8s adds it): kube-scheduler neither places them nor preempts for them until
+# gangpreempt narrows each to its planned node and removes it.
+GATE = "gangpreempt.io/placement"
+# On a managed Kueue Workload's pods (from the check's podSetUpdates): the nodes planned
+# for their pod set, comma-separated, one per pod.
+PLANNED_NODES_ANNOTATION = "gangpreempt.io/planned-nodes"
+
 PENDING = "Pending"
 READY = "Ready"
 RETRY = "Retry"
@@ -52,7 +60,9 @@ __all__ = [
     "ACTIVE",
     "CHECK_STATES",
     "CONTROLLER_NAME",
+    "GATE",
     "PENDING",
+    "PLANNED_NODES_ANNOTATION",
     "PREEMPTION_ANNOTATION",
     "READY",
     "REJECTED",

@@ -91,6 +91,10 @@ class Pod(msgspec.Struct, frozen=True):
     finished: bool = False  # phase Succeeded or Failed: holds no resources
     group: str = ""  # namespace/name of the PodGroup (gang) it belongs to, if any
     kueue_workload: str = ""  # namespace/name of the Kueue Workload that runs it, if any
+    gates: tuple[str, ...] = ()  # spec.schedulingGates: kube-scheduler waits while any is
+    # The nodes gangpreempt planned for its pod set (``model.checks``), when it has them.
+    planned_nodes: tuple[str, ...] = ()
+    created: datetime | None = None  # metadata.creationTimestamp (read for gated pods)
 
     @property
     def key(self) -> str:

@@ -11,10 +11,39 @@ from datetime import datetime
 
 from gangpreempt import events
 from gangpreempt.model.checks import READY, RETRY
+from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.workloads import Workload
 from gangpreempt.planning.decisions import ADMIT, Decision, plural
 
 BACKOFF_MAX_S = 300
+POD_SET_LABEL = "kueue.x-k8s.io/podset"  # Kueue's label on a pod set's pods
+
+
+def pod_set_of(state: ClusterState, wl: Workload, pod_ref: str) -> str | None:
+    """The pod set of ``wl`` a placed pod belongs to: its ``kueue.x-k8s.io/podset``
+    label, else the name it was given when it was made from the pod sets
+    (``<name>-<i>``, ``<name>-<podset>-<i>``: ``manifests.deriving.synthesize_pods``)."""
+    key = pod_ref.removeprefix("Pod/")
+    pod = state.pods.get(key)
+    if pod is not None and pod.labels.get(POD_SET_LABEL):
+        return pod.labels[POD_SET_LABEL]
+    name = key.partition("/")[2]
+    if len(wl.pod_sets) == 1:
+        return wl.pod_sets[0].name if name.startswith(f"{wl.name}-") else None
+    for ps in sorted(wl.pod_sets, key=lambda p: -len(p.name)):
+        if name.startswith(f"{wl.name}-{ps.name}-"):
+            return ps.name
+    return None
+
+
+def pod_set_nodes(state: ClusterState, wl: Workload, d: Decision) -> dict[str, tuple[str, ...]]:
+    """Each pod set's planned nodes, one per pod, in the placement's pod order."""
+    out: dict[str, list[str]] = {}
+    for ref, node in sorted(d.placement.items()):
+        ps = pod_set_of(state, wl, ref)
+        if ps is not None:
+            out.setdefault(ps, []).append(node)
+    return {ps: tuple(nodes) for ps, nodes in out.items()}
 
 
 def backoff_s(base: float, retries: int) -> int:
@@ -34,25 +63,35 @@ def ready_message(d: Decision) -> str:
     )
 
 
-def check_decided(d: Decision, wl: Workload, now: datetime, base: float) -> events.CheckDecided:
+def check_decided(
+    state: ClusterState, d: Decision, wl: Workload, now: datetime, base: float
+) -> events.CheckDecided:
     """The check's state for the cycle's decision ``d`` on ``wl`` (which awaits it)."""
     ready = d.outcome == ADMIT
     mine = wl.check(wl.placement_check)
     retries = mine.retry_count if mine is not None else 0
-    state = READY if ready else RETRY
+    verdict = READY if ready else RETRY
     message = ready_message(d) if ready else f"gangpreempt: {d.message}"
     return events.CheckDecided(
-        id=events.stable_id("check", wl.key, wl.uid, wl.resource_version, state, message),
+        id=events.stable_id("check", wl.key, wl.uid, wl.resource_version, verdict, message),
         occurred_at=now,
         workload=wl.ref,
         uid=wl.uid,
         resource_version=wl.resource_version,
         check=wl.placement_check,
-        state=state,
+        state=verdict,
         message=message,
         requeue_after_s=0 if ready else backoff_s(base, retries),
         placement=dict(d.placement) if ready else {},
+        pod_set_nodes=pod_set_nodes(state, wl, d) if ready else {},
     )
 
 
-__all__ = ["BACKOFF_MAX_S", "backoff_s", "check_decided", "ready_message"]
+__all__ = [
+    "BACKOFF_MAX_S",
+    "backoff_s",
+    "check_decided",
+    "pod_set_nodes",
+    "pod_set_of",
+    "ready_message",
+]
