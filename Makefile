@@ -6,10 +6,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test lint demo bench chaos clean
+.PHONY: help install test test-peers lint demo bench chaos peers clean
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ install: $(STAMP) ## create .venv and install gangpreempt with its dev extras
 
 test: $(STAMP) ## run the whole test suite (unit, scenarios, integration)
 	$(BIN)/pytest
+
+peers: ## build kube-apiserver, kube-scheduler, Kueue and etcd from source (first: ~10 min)
+	nice -n 10 tools/peers/build.sh
+
+test-peers: $(STAMP) peers ## the tests against the real control plane (tests/peers)
+	$(BIN)/pytest -m peers tests/peers
 
 lint: $(STAMP) ## ruff and mypy --strict
 	$(BIN)/ruff check libs services tests bench

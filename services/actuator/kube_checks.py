@@ -42,7 +42,7 @@ def _entry(ev: events.CheckDecided, old: JSON, pod_sets: list[str], name: str) -
         entry["lastTransitionTime"] = now_rfc3339()
     entry.pop("requeueAfterSeconds", None)
     entry.pop("podSetUpdates", None)
-    if ev.state == RETRY:
+    if ev.state == RETRY and ev.requeue_after_s:
         entry["requeueAfterSeconds"] = ev.requeue_after_s
     if ev.state == READY:
         updates: list[JSON] = []

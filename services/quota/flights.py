@@ -76,6 +76,10 @@ class Flights:
         self.failures: dict[str, Failure] = {}
         self.owed: list[Owed] = []
 
+    def holding(self) -> bool:
+        """Some flight holds room (confirmed or further) for its preemptor."""
+        return any(f.status != REQUESTED for f in self.by_preemptor.values())
+
     # -- records ----------------------------------------------------------------------------
     def learn(self, rec: PlanRecord, failed_seq: int | None = None) -> None:
         """Take a record as it is now (from the bucket, or quota's own write). A failed

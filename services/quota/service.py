@@ -372,17 +372,24 @@ class Quota:
         # victims of the plans in flight: Kueue workloads by key, node-level units by ref
         claimed = set(self.live.ledger.held_victims) | set(self.nodes.claimed())
         authority = self.ctx.settings.authority
+        # Room went to a workload decided before in this pass, or is held for a plan: a
+        # reservation that does not fit must go at once, not after a backoff.
+        taken = self.flights.holding()
         for d in decisions:
             key = key_of(d.preemptor)
             wl = state.workloads[key]
             if not decides_workload(wl, authority):
                 continue  # Kueue's to decide
             if wl.awaits_placement and d.outcome != "Preempt":
-                check = check_decided(state, d, wl, self.ctx.now(), self.ctx.settings.check_backoff)
+                check = check_decided(
+                    state, d, wl, self.ctx.now(), self.ctx.settings.check_backoff, held=taken
+                )
                 if self.fresh(key, ("Check", wl.resource_version, check.state, check.message)):
                     outbox.append(check)
+                taken = taken or d.outcome == "Admit"
                 continue
             if d.outcome == "Admit":
+                taken = True
                 if authority == ADMISSION_CHECK and wl.admission is None:
                     continue  # Kueue reserves its quota; then the check is decided
                 if self.fresh(key, ("Admit", wl.resource_version)):

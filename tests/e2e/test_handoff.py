@@ -296,6 +296,31 @@ def gates_of(server: ApiServer, name: str, namespace: str = "default") -> list[s
     return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
 
 
+async def managed_cluster(
+    nc: Client, topology: Topology, services: Services, apiserver: ApiServer, tmp_path: Path
+) -> None:
+    """The cluster, and the services deciding for the managed queue only, once ingest
+    has published it."""
+    cluster(apiserver)
+    services.start(extra=kube_env(apiserver, tmp_path, GANGPREEMPT_AUTHORITY="admission-check"))
+    services.wait_started()
+    await state_has(nc, topology, "Pod", "default/mid-0")
+
+
+async def train_actuated(nc: Client, topology: Topology) -> list[events.Event]:
+    return await wait_for(
+        nc, topology, lambda e: bool(of(e, events.PlanActuated, preemptor=TRAIN)), what="actuation"
+    )
+
+
+async def released(kueue: Kueue, name: str) -> None:
+    await until(
+        lambda: not (kueue.get(name) or {}).get("status", {}).get("admission"),
+        30,
+        f"{name}'s quota released",
+    )
+
+
 def requested_for(evs: list[events.Event], workload: str) -> bool:
     return bool(of(evs, events.PreemptionRequested, workload=workload))
 
@@ -308,10 +333,7 @@ async def test_the_preemptor_is_admitted_through_the_check_where_its_victims_wer
     kueue: Kueue,
     tmp_path: Path,
 ) -> None:
-    cluster(apiserver)
-    services.start(extra=kube_env(apiserver, tmp_path, GANGPREEMPT_AUTHORITY="admission-check"))
-    services.wait_started()
-    await state_has(nc, topology, "Pod", "default/mid-0")
+    await managed_cluster(nc, topology, services, apiserver, tmp_path)
     # gangpreempt marks its AdmissionCheck Active (Kueue keeps the queue inactive before).
     await until(
         lambda: any(
@@ -324,15 +346,11 @@ async def test_the_preemptor_is_admitted_through_the_check_where_its_victims_wer
         "the AdmissionCheck marked Active",
     )
     apiserver.put(workload("train", 1000))  # pending; Kueue cannot reserve: 16 of 16 taken
-    evs = await wait_for(
-        nc, topology, lambda e: bool(of(e, events.PlanActuated, preemptor=TRAIN)), what="actuation"
-    )
+    evs = await train_actuated(nc, topology)
     (proposal,) = of(evs, events.PlanProposed, preemptor=TRAIN)
     assert [v.object for v in proposal.victims] == ["Workload/default/low"]
     assert proposal.placement == {"Pod/default/train-0": "node-0"}  # where low ran
-    await until(
-        lambda: not (kueue.get("low") or {}).get("status", {}).get("admission"), 30, "low released"
-    )
+    await released(kueue, "low")
     kueue.reserve("train")
     check = await until_check(kueue, "train", "Ready", "train's check Ready")
     assert "node-0" in check["message"]
@@ -364,25 +382,18 @@ async def test_a_competitor_that_takes_the_held_room_is_retried(
     kueue: Kueue,
     tmp_path: Path,
 ) -> None:
-    cluster(apiserver)
-    services.start(extra=kube_env(apiserver, tmp_path, GANGPREEMPT_AUTHORITY="admission-check"))
-    services.wait_started()
-    await state_has(nc, topology, "Pod", "default/mid-0")
+    await managed_cluster(nc, topology, services, apiserver, tmp_path)
     apiserver.put(workload("train", 1000))
-    await wait_for(
-        nc, topology, lambda e: bool(of(e, events.PlanActuated, preemptor=TRAIN)), what="actuation"
-    )
+    await train_actuated(nc, topology)
     apiserver.put(workload("rival", 100))  # arrives after the plan, Kueue picks it first
-    await until(
-        lambda: not (kueue.get("low") or {}).get("status", {}).get("admission"), 30, "low released"
-    )
+    await released(kueue, "low")
     kueue.reserve("rival")
     await until(lambda: "rival" in kueue.retried, 30, "rival's check Retry")
     (retry, *_) = of(
         await decisions(nc, topology), events.CheckDecided, workload="Workload/default/rival"
     )
     assert retry.state == "Retry"
-    assert retry.requeue_after_s == 10
+    assert retry.requeue_after_s == 0  # the room is held: the reservation goes at once
     assert retry.message.startswith("gangpreempt: ")
     assert not (kueue.get("rival") or {}).get("status", {}).get("admission")
     kueue.reserve("train")

@@ -320,6 +320,9 @@ def test_a_reservation_in_room_that_is_not_there_gets_retry_or_a_preemption() ->
     ev = check_decided(state, d, wl, NOW, 10.0)
     assert ev.state == "Retry"
     assert ev.requeue_after_s == 40  # 10 s doubled for each of Kueue's two retries
+    # With room held for a plan, or taken by a workload decided before it, the reservation
+    # must go at once: Kueue keeps a Retry reservation until its requeueAfterSeconds pass.
+    assert check_decided(state, d, wl, NOW, 10.0, held=True).requeue_after_s == 0
     assert ev.message.startswith("gangpreempt: ")
     d, _, _ = decision_for([*queues(policy={"withinClusterQueue": "LowerPriority"}), *base], "w")
     assert d.outcome == "Preempt"

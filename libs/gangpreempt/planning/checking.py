@@ -64,9 +64,20 @@ def ready_message(d: Decision) -> str:
 
 
 def check_decided(
-    state: ClusterState, d: Decision, wl: Workload, now: datetime, base: float
+    state: ClusterState,
+    d: Decision,
+    wl: Workload,
+    now: datetime,
+    base: float,
+    held: bool = False,
 ) -> events.CheckDecided:
-    """The check's state for the cycle's decision ``d`` on ``wl`` (which awaits it)."""
+    """The check's state for the cycle's decision ``d`` on ``wl`` (which awaits it).
+
+    ``held``: room is held for plans in flight, so the reservation must go at once:
+    Kueue (v0.17) keeps a Retry workload's reservation until its ``requeueAfterSeconds``
+    have passed, then evicts it; a Retry without one is evicted at once. A workload that
+    cannot be placed while nothing is held gets the backoff, so that Kueue does not
+    reserve it again and again."""
     ready = d.outcome == ADMIT
     mine = wl.check(wl.placement_check)
     retries = mine.retry_count if mine is not None else 0
@@ -81,7 +92,7 @@ def check_decided(
         check=wl.placement_check,
         state=verdict,
         message=message,
-        requeue_after_s=0 if ready else backoff_s(base, retries),
+        requeue_after_s=0 if ready or held else backoff_s(base, retries),
         placement=dict(d.placement) if ready else {},
         pod_set_nodes=pod_set_nodes(state, wl, d) if ready else {},
     )
