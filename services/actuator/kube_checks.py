@@ -24,7 +24,7 @@ from gangpreempt.model.checks import (
     RETRY,
     WORKLOAD_LABEL,
 )
-from services.actuator.kube_kueue import get_workload
+from services.actuator.kube_kueue import condition, get_workload
 from services.kube.access import ADMISSION_CHECK_STATUS, ADMISSION_CHECKS, KUEUE_WORKLOAD_STATUS
 from services.kube.client import JSON, MERGE_PATCH, ApiError, KubeApi, path_of
 from services.kube.recording import Recorder, involved_object
@@ -121,16 +121,8 @@ async def mark_active(api: KubeApi, version: str | None, names: list[str]) -> li
             continue
         meta = obj.get("metadata") or {}
         kept = [c for c in conditions if c.get("type") != ACTIVE]
-        kept.append(
-            {
-                "type": ACTIVE,
-                "status": "True",
-                "reason": "Active",
-                "message": "gangpreempt's actuator decides this check",
-                "lastTransitionTime": now_rfc3339(),
-                "observedGeneration": meta.get("generation") or 0,
-            }
-        )
+        message = "gangpreempt's actuator decides this check"
+        kept.append(condition(ACTIVE, "Active", message, meta.get("generation")))
         await api.request(
             "PATCH",
             ADMISSION_CHECK_STATUS,

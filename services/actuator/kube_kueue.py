@@ -22,7 +22,8 @@ KUEUE_REASONS = {
 }
 
 
-def _condition(kind: str, reason: str, message: str, generation: object) -> JSON:
+def condition(kind: str, reason: str, message: str, generation: object) -> JSON:
+    """A True condition of a Kueue object, as its controllers write one."""
     return {
         "type": kind,
         "status": "True",
@@ -98,8 +99,8 @@ async def evict_workload(
     )
     meta = obj.get("metadata") or {}
     kept = [c for c in conditions if c.get("type") not in ("Evicted", "Preempted")]
-    kept.append(_condition("Evicted", "Preempted", message, meta.get("generation")))
-    kept.append(_condition("Preempted", request.reason, message, meta.get("generation")))
+    kept.append(condition("Evicted", "Preempted", message, meta.get("generation")))
+    kept.append(condition("Preempted", request.reason, message, meta.get("generation")))
     namespace, _, name = key.partition("/")
     patch: JSON = {"conditions": kept}
     checks = reset_checks(status.get("admissionChecks"))
@@ -120,4 +121,4 @@ async def evict_workload(
     return True
 
 
-__all__ = ["KUEUE_REASONS", "evict_workload", "get_workload"]
+__all__ = ["KUEUE_REASONS", "condition", "evict_workload", "get_workload"]

@@ -31,9 +31,9 @@ from gangpreempt.errors import Fenced, Transient
 from gangpreempt.planning.records import PlanRecord, actuator_owes
 from gangpreempt.replica import StateReplica
 from gangpreempt.telemetry import metrics
-from services.actuator.checking import QuotaOrders
 from services.actuator.driving import Driver
 from services.actuator.kubernetes import KubeSink
+from services.actuator.orders import QuotaOrders
 from services.actuator.sinks import LogSink, SimSink, Sink
 from services.kube.client import KubeApi
 from services.runtime import ServiceContext, sleep_or_stop

@@ -37,7 +37,7 @@ def hostname(state: ClusterState, node: str) -> str:
     return n.labels.get(HOSTNAME, node) if n is not None else node
 
 
-def _taken(state: ClusterState, pod: Pod, by_hostname: dict[str, str]) -> str | None:
+def _taken(pod: Pod, by_hostname: dict[str, str]) -> str | None:
     """The node a pod of the pod set holds or is narrowed to, if any."""
     if pod.node_name:
         return pod.node_name
@@ -46,23 +46,27 @@ def _taken(state: ClusterState, pod: Pod, by_hostname: dict[str, str]) -> str | 
 
 
 def planned_assignments(state: ClusterState) -> dict[str, str]:
-    """Gated pods of Kueue Workloads (``ns/name``) -> the node each is to be narrowed to."""
-    sets: dict[tuple[str, str], list[Pod]] = {}
+    """Gated pods of Kueue Workloads (``ns/name``) -> the node each is to be narrowed to.
+    (Looked at every sweep: a cluster without such pods costs one pass and nothing more.)"""
+    waiting: dict[tuple[str, str], list[Pod]] = {}
     for pod in state.pods.values():
-        if pod.kueue_workload and not pod.finished and not pod.terminating:
-            sets.setdefault((pod.kueue_workload, pod.labels.get(POD_SET_LABEL, "")), []).append(pod)
+        if pod.kueue_workload and pod.planned_nodes and gated(pod):
+            key = (pod.kueue_workload, pod.labels.get(POD_SET_LABEL, ""))
+            waiting.setdefault(key, []).append(pod)
+    if not waiting:
+        return {}
     by_hostname = {n.labels.get(HOSTNAME, n.name): n.name for n in state.nodes.values()}
-    out: dict[str, str] = {}
-    for pods in sets.values():
-        waiting = sorted((p for p in pods if gated(p) and p.planned_nodes), key=lambda p: p.name)
-        if not waiting:
+    free = {key: Counter(pods[0].planned_nodes) for key, pods in waiting.items()}
+    for pod in state.pods.values():
+        key = (pod.kueue_workload, pod.labels.get(POD_SET_LABEL, ""))
+        if key not in free or pod.finished or pod.terminating or gated(pod):
             continue
-        free = Counter(waiting[0].planned_nodes)
-        for pod in pods:
-            if not gated(pod) and (node := _taken(state, pod, by_hostname)) is not None:
-                free[node] -= 1
-        nodes = sorted(node for node, count in free.items() for _ in range(max(0, count)))
-        for pod, node in zip(waiting, nodes, strict=False):
+        if (node := _taken(pod, by_hostname)) is not None:
+            free[key][node] -= 1
+    out: dict[str, str] = {}
+    for key, pods in waiting.items():
+        nodes = sorted(n for n, count in free[key].items() for _ in range(max(0, count)))
+        for pod, node in zip(sorted(pods, key=lambda p: p.name), nodes, strict=False):
             out[pod.key] = node
     return out
 

@@ -58,8 +58,11 @@ class QuotaOrders:
 
     async def on_event(self, event: Any, _delivery: Delivery) -> None:
         try:
+            # The sim binds what quota admits itself: only a kubernetes sink has gates.
             ordered = isinstance(event, events.CheckDecided) or (
-                isinstance(event, events.Admitted) and event.placement
+                isinstance(event, events.Admitted)
+                and event.placement
+                and self.sink.name == "kubernetes"
             )
             if not ordered or not await self.current(event.quota_token, event.workload):
                 return
@@ -83,8 +86,6 @@ class QuotaOrders:
         )
 
     async def place(self, event: events.Admitted) -> None:
-        if self.sink.name != "kubernetes":
-            return  # the sim binds what quota admits; the log sink touches nothing
         await self.replica.caught_up()
         state = self.replica.state
         for key, node in sorted(placed(state, event.placement).items()):
