@@ -456,12 +456,17 @@ async def test_a_gated_pod_nothing_places_is_released_unchanged(
     pod = apiserver.get("", "pods", "default", "stray")
     assert pod is not None
     assert pod["spec"]["nodeSelector"] == {"disk": "ssd"}  # unchanged
-    reasons = [
-        e["reason"]
-        for e in apiserver.objects[("", "events")].values()
-        if e["involvedObject"]["name"] == "stray"
-    ]
-    assert reasons == ["PlacementReleased"]
+
+    def reasons() -> list[str]:
+        return [
+            e["reason"]
+            for e in apiserver.objects[("", "events")].values()
+            if e["involvedObject"]["name"] == "stray"
+        ]
+
+    # The Event is recorded after the write that lifted the gate.
+    await until(reasons, 30, "the Event on the released pod")
+    assert reasons() == ["PlacementReleased"]
 
 
 async def test_a_gated_gang_lands_where_its_plan_freed_room(

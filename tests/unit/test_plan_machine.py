@@ -25,7 +25,9 @@ from gangpreempt import events
 from gangpreempt.errors import Conflict
 from gangpreempt.planning import records as r
 
-pytestmark = pytest.mark.unit
+# 300 runs of 80 steps take about 5 s on an idle core; a fresh-clone run beside the
+# services, a control plane and busy loops once took it past the default 120 s.
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(600)]
 
 PREEMPTORS = ("Workload/ns/a", "Workload/ns/b", "PodGroup/ns/c")
 VICTIMS = ("Workload/ns/v1", "Workload/ns/v2", "Workload/ns/v3", "PodGroup/ns/v4")
