@@ -6,7 +6,7 @@ taken over while its old holder still runs (a paused process). A quota instance 
 only while it holds its lease, but a write it decided on may land later (a pause
 between its lease check and the write): those writes are queued and land at any later
 step. The roles take the same decisions as the services, through the same pure
-functions (``records.advance``, ``records.actuator_step``, ``records.quota_adopts``);
+functions (``records.advance``, ``records.actuator_step``, ``records.takeover_move``);
 the invariants are those the chaos checker applies to real runs."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -44,8 +45,7 @@ LEGAL = {
     ("actuating", "actuated"),
     ("actuated", "closed"),
     ("dropped", "dropped"),
-    ("requested", "requested"),  # adopted by a new quota lease holder
-    ("actuated", "actuated"),  # the same
+    ("actuated", "actuated"),  # adopted by a new quota lease holder
 }
 QUOTAS = ("q1", "q2")
 
@@ -159,13 +159,14 @@ class PlanMachine(RuleBasedStateMachine):
 
     def rebuild(self, q: str) -> None:
         """``q``'s flights from the records (what a restart or a takeover does)."""
-        flights: dict[str, str] = {}
-        for rec, _ in sorted(self.store.records.values(), key=lambda x: x[0].requested_at):
-            if rec.state in r.IN_FLIGHT and not (
-                rec.state == r.REQUESTED and rec.quota_token < self.quota_tokens[q]
-            ):
-                flights[rec.flight] = rec.plan_id
-        self.flights[q] = flights
+        flights: dict[str, r.PlanRecord] = {}
+        for rec, _ in self.store.records.values():
+            if rec.state == r.REQUESTED and rec.quota_token < self.quota_tokens[q]:
+                continue  # made by an older holder after this one adopted the requests
+            current = flights.get(rec.flight)
+            if rec.state in r.IN_FLIGHT and (current is None or r.supersedes(rec, current)):
+                flights[rec.flight] = rec
+        self.flights[q] = {key: rec.plan_id for key, rec in flights.items()}
 
     def send(self, write: Write, now: bool) -> None:
         """A write decided by the holder: stored now, or later (paused before it)."""
@@ -191,25 +192,30 @@ class PlanMachine(RuleBasedStateMachine):
     @rule(quota=st.sampled_from(QUOTAS))
     def quota_lease_taken(self, quota: str) -> None:
         """``quota`` acquires the lease (the other may still run, paused, with writes on
-        their way); it adopts every record whose next move is quota's, then rebuilds."""
+        their way); it writes every record whose next move is quota's under its token
+        (an actuated plan adopted, a request expired), then rebuilds."""
         self.tokens += 1
         token = self.quota_tokens[quota] = self.quota_lease = self.tokens
         for _plan_id, (rec, revision) in sorted(self.store.records.items()):
-            if r.quota_adopts(rec, token):
-                adopted = r.advance(rec, rec.state, by=r.QUOTA, now=self.now(), quota_token=token)
-                self.store.put(adopted, revision)
+            move = r.takeover_move(rec, token)
+            if move is not None:
+                moved = r.advance(rec, move, by=r.QUOTA, now=self.now(), quota_token=token)
+                self.store.put(moved, revision)
         self.rebuild(quota)
 
-    @rule(preemptor=st.sampled_from(PREEMPTORS), now=st.booleans())
-    def quota_requests(self, preemptor: str, now: bool) -> None:
+    @rule(preemptor=st.sampled_from(PREEMPTORS), now=st.booleans(), ahead=st.integers(0, 3))
+    def quota_requests(self, preemptor: str, now: bool, ahead: int = 0) -> None:
+        """The holder requests a plan; its clock may run ``ahead`` of the store's (two
+        quota instances on two machines)."""
         q = self.holder()
         if q is None or preemptor in self.flights[q]:
             return  # a plan in flight: no new request
         self.requests += 1
         request_id = f"req-{self.requests}"
         plan_id = events.stable_id("plan", request_id)
+        at = self.now() + timedelta(seconds=ahead)
         rec = r.new_record(
-            plan_id, request_id, preemptor, preemptor, self.now(), quota_token=self.quota_lease
+            plan_id, request_id, preemptor, preemptor, at, quota_token=self.quota_lease
         )
         self.flights[q][preemptor] = plan_id
         self.send(Write(rec, None, q), now)
@@ -528,3 +534,46 @@ PlanMachine.TestCase.settings = settings(
     deadline=None,
 )
 test_plan_protocol = PlanMachine.TestCase
+
+
+class Draws:
+    """Stands for hypothesis's ``data`` in a sequence written out by hand: each draw
+    takes the next value given."""
+
+    def __init__(self, *values: object) -> None:
+        self.values = list(values)
+
+    def draw(self, _strategy: object) -> object:
+        return self.values.pop(0)
+
+
+@pytest.mark.parametrize("skew", [0, 5], ids=["same-instant", "clock-ahead"])
+def test_a_late_request_of_an_older_holder_never_takes_a_confirmed_plans_place(
+    skew: int,
+) -> None:
+    """A request written under an older quota token lands after the preemptor's next
+    plan was confirmed, at the same instant by the clock (or earlier, by a skewed one);
+    a third holder adopts it. Its preemptor's flight is the confirmed plan, whatever the
+    clocks say: the late request is no flight, and is never confirmed. (Found by the
+    state machine on a fresh clone.)"""
+    m = PlanMachine()
+    m.quota_lease_taken("q1")
+    m.quota_requests("Workload/ns/a", now=False)  # on its way: the holder pauses
+    late = events.stable_id("plan", "req-1")
+    paused = m.writes[0].rec  # its clock may run ahead of the next holder's
+    m.writes[0].rec = msgspec.structs.replace(
+        paused, requested_at=paused.requested_at + timedelta(seconds=skew)
+    )
+    m.quota_lease_taken("q1")  # its lease again, under a new token: nothing to adopt
+    m.quota_requests("Workload/ns/a", now=True)
+    current = events.stable_id("plan", "req-2")
+    assert m.store.records[current][0].requested_at <= m.writes[0].rec.requested_at
+    m.victims_propose(Draws(current), victims=["Workload/ns/v1"])
+    m.quota_confirms(Draws(0), ack_lost=False, duplicate=False, now=True)
+    m.a_quota_write_lands(Draws(0))  # the paused holder's request lands
+    m.victims_propose(Draws(late), victims=["Workload/ns/v2"])  # and victims answer it
+    m.quota_lease_taken("q2")  # expires the late request, rebuilds its flights
+    assert m.flights["q2"] == {"Workload/ns/a": current}
+    m.quota_confirms(Draws(0), ack_lost=False, duplicate=False, now=True)
+    assert m.store.records[late][0].state == r.EXPIRED  # by the takeover: never confirmed
+    m.a_preemptor_has_one_plan_in_flight()
