@@ -49,6 +49,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # scheduler, as in the sim), or only those of ClusterQueues that list one of its
     # AdmissionChecks (a real cluster, where Kueue decides the others).
     authority: str = "all"  # all | admission-check
+    # act: gangpreempt preempts (through the saga) and places; shadow: it writes nothing
+    # to the cluster, and compares each preemption Kueue or kube-scheduler makes with
+    # what it would have done (gp.quota.shadow-compared, gangpreempt_shadow_* metrics).
+    mode: str = "act"  # act | shadow
+    # shadow: seconds after a peer's last victim before its preemption is compared (a
+    # peer marks its victims one by one)
+    shadow_settle: float = 2.0
     # The first Retry of gangpreempt's admission check asks Kueue to wait this long; it
     # doubles with Kueue's retryCount, up to 300 s.
     check_backoff: float = 10.0
@@ -82,11 +89,13 @@ _POSITIVE = {
     "record_retention",
     "check_backoff",
     "gate_timeout",
+    "shadow_settle",
 }
 _INTEGERS = {"stream_replicas": (1, 5), "health_port": (0, 65535)}
 _CHOICES = {
     "sink": ("sim", "log", "kubernetes"),
     "authority": ("all", "admission-check"),
+    "mode": ("act", "shadow"),
     "gate_fail": ("open", "closed"),
     "source": ("manifests", "kubernetes"),
     "pod_eviction": ("delete", "eviction", "soft-eviction"),

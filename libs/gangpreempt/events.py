@@ -106,6 +106,20 @@ class CheckDecided(Event, frozen=True, kw_only=True, tag=True):
     quota_token: int = 0  # quota's lease token when it decided (no other is written)
 
 
+class ShadowCompared(Event, frozen=True, kw_only=True, tag=True):
+    """Shadow mode: a preemption a peer made (Kueue, kube-scheduler), beside what
+    gangpreempt would have done for the same preemptor on the cluster as it was just
+    before (``planning.shadow``). Nothing is written to the cluster."""
+
+    peer: str  # kueue | kube-scheduler
+    preemptor: str  # its ref, or "" when the marks do not say
+    verdict: str  # same | fewer | different | partial-gang | unplaceable | not-needed | unknown
+    peer_victims: tuple[str, ...]
+    victims: tuple[str, ...]  # gangpreempt's, in the peer's units
+    partial_gangs: tuple[str, ...] = ()
+    message: str = ""
+
+
 class PreemptionRequested(Event, frozen=True, kw_only=True, tag=True):
     """The workload could start if some running workloads were preempted."""
 
@@ -215,6 +229,7 @@ AnyEvent = (
     | Admitted
     | Pending
     | CheckDecided
+    | ShadowCompared
     | PreemptionRequested
     | RequestExpired
     | PlanConfirmed
@@ -269,6 +284,7 @@ __all__ = [
     "PreemptionInfeasible",
     "PreemptionRequested",
     "RequestExpired",
+    "ShadowCompared",
     "StateComplete",
     "VictimActuated",
     "decode",

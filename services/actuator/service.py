@@ -163,6 +163,12 @@ class Actuator:
 
     # -- running -----------------------------------------------------------------------------
     async def run(self) -> None:
+        if self.ctx.settings.mode == "shadow":
+            # Shadow mode writes nothing: no lease, no plan driven, no check, no gate, and
+            # not one call to the API server (quota publishes no request to act on).
+            log.info("shadow mode: the actuator writes nothing")
+            await self.ctx.stop.wait()
+            return
         if self.ctx.settings.sink != "kubernetes":
             await self._run()
             return

@@ -32,12 +32,14 @@ from gangpreempt.planning.records import (
     PlanRecord,
     advance,
     quota_adopts,
+    takeover_move,
 )
 from services.quota.flights import Flights, Owed
 
 log = structlog.get_logger("gangpreempt.quota")
 
 Check = Callable[[PlanRecord, events.PlanProposed], str | None]
+TAKEN_OVER = "requested under an older quota lease: the new holder asks again"
 
 
 class Confirmer:
@@ -115,16 +117,20 @@ class Confirmer:
         return moved
 
     async def adopt(self, token: int, concurrency: int = 64) -> int:
-        """Write again, under ``token``, every record whose next move is quota's (a
-        request, an actuated plan): a write an older lease holder still has on its way
-        then fails its compare-and-set, and any later one is refused as stale. Returns
-        how many were adopted."""
+        """Write, under ``token``, every record whose next move is quota's
+        (``records.takeover_move``: an actuated plan again as it is, a request expired):
+        a write an older lease holder still has on its way then fails its
+        compare-and-set, and any later one is refused as stale. Returns how many were
+        written."""
         gate = asyncio.Semaphore(concurrency)
 
         def mover(rec: PlanRecord) -> PlanRecord | None:
-            if not quota_adopts(rec, token):
+            move = takeover_move(rec, token)
+            if move is None:
                 return None
-            return self.advance(rec, rec.state)
+            if move == EXPIRED:
+                return self.advance(rec, move, reason=TAKEN_OVER)
+            return self.advance(rec, move)
 
         async def one(plan_id: str) -> bool:
             async with gate:

@@ -94,10 +94,11 @@ class Flights:
             self.owe(rec, EXPIRED, "requested under an older quota lease")
             return
         if current is not None and current.plan_id != rec.plan_id:
-            if rec.state not in IN_FLIGHT or rec.requested_at <= current.record.requested_at:
+            if not records.supersedes(rec, current.record):
                 self._orphan(rec)
                 return
-            self._end(key)  # a newer plan for the same preemptor (seen when rebuilding)
+            self._end(key)  # a later plan for the same preemptor (seen when rebuilding)
+            self._orphan(current.record)
             current = None
         if rec.state in IN_FLIGHT:
             status = status_of(rec)

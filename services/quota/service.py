@@ -55,6 +55,7 @@ from services.quota.nodes import (
     node_events,
     pod_gone,
 )
+from services.quota.shadowing import Shadow
 from services.runtime import ServiceContext, sleep_or_stop
 
 MAX_TRACES = 10_000  # preemptors whose plan's trace is kept for their admission
@@ -107,6 +108,17 @@ class Quota:
         self.lease: Lease | None = None
         self.leading = False  # holds the lease: its flights are the records' in flight
         self.token = 0  # the lease token it leads under
+        # shadow mode: compare the peers' preemptions, decide and write nothing
+        self.shadow = (
+            Shadow(
+                lambda: self.replica.state,
+                ctx.publisher.publish,
+                ctx.now,
+                ctx.settings.shadow_settle,
+            )
+            if ctx.settings.mode == "shadow"
+            else None
+        )
 
     # -- flights and their holds ---------------------------------------------------------------
     def record_changed(self, _old: PlanRecord | None, new: PlanRecord | None) -> None:
@@ -176,6 +188,9 @@ class Quota:
 
     def on_state_change(self, kind: str, old: Any, new: Any) -> None:
         self.changes += 1
+        if self.shadow is not None:
+            self.shadow.observe(kind, old, new)
+            return
         if kind == "Workload" and new is None and old is not None:
             self.published.pop(old.key, None)  # forget it: a new one may reuse the name
             self.flights.forget(old.key)
@@ -233,6 +248,20 @@ class Quota:
                 self.dirty.set()
             finally:
                 self.busy = False
+
+    async def shadowing(self, term: asyncio.Event) -> None:
+        """Shadow mode's loop: no admission cycle, no request, no check; the peers'
+        settled preemptions are compared and published."""
+        assert self.shadow is not None
+        log.info("shadow mode: comparing the peers' preemptions; nothing is written")
+        while not await sleep_or_stop(term, min(0.25, self.ctx.settings.shadow_settle / 4)):
+            seq = self.replica.seq
+            try:
+                await self.shadow.close_due(publishing=True)
+            except Exception:  # NATS away, most likely: the episode is lost, logged
+                log.exception("shadow comparison not published")
+            if self.replica.complete and not self.shadow.episodes:
+                self.decided_seq = seq
 
     def status(self) -> QuotaStatus:
         return QuotaStatus(
@@ -629,7 +658,7 @@ class Quota:
             await self.book.stop()
 
     async def lead(self, lease: Lease) -> None:
-        """One term as the lease holder: adopt the records whose next move is quota's,
+        """One term as the lease holder: take over the records whose next move is quota's,
         rebuild the flights and holds from the records, then decide, confirm and answer
         until the lease is lost or the service stops."""
         term = asyncio.Event()
@@ -655,8 +684,11 @@ class Quota:
                     flights=len(self.flights.by_preemptor),
                     seconds=round(time.monotonic() - started, 3),
                 )
-                tg.create_task(self.consumer.run(term))
-                tg.create_task(self.cycles(term))
+                if self.shadow is not None:
+                    tg.create_task(self.shadowing(term))
+                else:
+                    tg.create_task(self.consumer.run(term))
+                    tg.create_task(self.cycles(term))
                 tg.create_task(self.serve_status(term))
         finally:
             self.leading = False
@@ -664,7 +696,8 @@ class Quota:
             self.token = 0
 
     async def take_over(self, lease: Lease, term: asyncio.Event) -> bool:
-        """Adopt, then rebuild; False if the term ended first."""
+        """Take over the records (adopt, expire), then rebuild; False if the term ended
+        first."""
         assert self.confirmer is not None
         while not term.is_set():
             try:

@@ -1,6 +1,6 @@
 """Two quota instances: one decides (it holds quota's lease), the other stands by warm.
 The active one is killed, or stopped past its lease and resumed; the standby takes the
-lease over, adopts the records and decides; a gang that arrives meanwhile is planned,
+lease over, takes over the records and decides; a gang that arrives meanwhile is planned,
 confirmed and admitted under the new token only, and the resumed instance stands by."""
 
 from __future__ import annotations

@@ -146,6 +146,17 @@ def test_the_base_holds_the_admission_check_and_the_gate(
         ),
     )
     assert config["data"]["GANGPREEMPT_AUTHORITY"] == "admission-check"
+    common = named(
+        rendered,
+        "ConfigMap",
+        next(
+            o["metadata"]["name"]
+            for o in of_kind(rendered, "ConfigMap")
+            if o["metadata"]["name"].startswith("gangpreempt-")
+            and o["data"].get("GANGPREEMPT_NATS_URL")
+        ),
+    )
+    assert common["data"]["GANGPREEMPT_MODE"] == "shadow"  # the base starts in shadow
 
 
 def test_namespace_enforces_the_restricted_pod_security_standard(

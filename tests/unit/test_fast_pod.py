@@ -176,6 +176,15 @@ def plausible_pods(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], dic
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": draw(when)}
         ],
     }
+    if draw(st.booleans()):  # kube-scheduler's mark on a victim (or a malformed one)
+        status["conditions"].insert(
+            draw(st.integers(0, 1)),
+            {
+                "type": "DisruptionTarget",
+                "status": draw(st.sampled_from(["True", "False"])),
+                "reason": draw(st.sampled_from(["PreemptionByScheduler", "", 5])),
+            },
+        )
     return meta, spec, status
 
 

@@ -3,11 +3,14 @@ rebuilt from records (backoff, orphans, newest plan first)."""
 
 from __future__ import annotations
 
+import random
 import time
 from datetime import UTC, datetime, timedelta
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gangpreempt import events
 from gangpreempt.bus import records as records_bus
@@ -149,6 +152,61 @@ def test_rebuilding_takes_the_newest_plan_and_owes_the_older_an_end() -> None:
     assert owed == {("old", r.CLOSED), ("older", r.EXPIRED)}
 
 
+@pytest.mark.parametrize("late_first", [False, True], ids=["confirmed-first", "late-first"])
+def test_a_late_request_of_an_older_holder_never_displaces_a_confirmed_plan(
+    late_first: bool,
+) -> None:
+    """Holder 1 (token 1) wrote a request late, with a clock ahead of holder 2's, after
+    holder 2 (token 2) requested again and confirmed; holder 3 adopts the late request
+    (``quota_token`` 3) and rebuilds its flights from the records in either order."""
+    confirmed = record(
+        r.CONFIRMED, "mine", at=0, proposal=proposal("mine"), quota_token=2, requested_token=2
+    )
+    late = record(r.REQUESTED, "late", at=30, quota_token=3, requested_token=1)
+    b = Book()
+    b.flights.token = 3
+    for rec in (late, confirmed) if late_first else (confirmed, late):
+        b.flights.learn(rec)
+    assert b.flights.by_preemptor["ns/gang"].plan_id == "mine"
+    assert [(o.plan_id, o.target) for o in b.flights.take_owed()] == [("late", r.EXPIRED)]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(sorted(r.IN_FLIGHT | r.TERMINAL)),
+            st.integers(0, 3),
+            st.integers(-2, 2),
+        ),
+        min_size=1,
+        max_size=5,
+        unique_by=lambda x: x[1:],
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_every_order_of_reading_picks_the_same_flight(
+    made: list[tuple[str, int, int]], rnd: random.Random
+) -> None:
+    """Whatever order a holder reads a preemptor's records in, the flight it ends with
+    is the same one: the in-flight record requested under the latest token, then the
+    latest clock."""
+    recs = [
+        record(state, f"p{token}{at}", at=at, requested_token=token, quota_token=token)
+        for state, token, at in made
+    ]
+    picked = set()
+    for _ in range(4):
+        rnd.shuffle(recs)
+        b = Book()
+        for rec in recs:
+            b.flights.learn(rec)
+        flight = b.flights.by_preemptor.get("ns/gang")
+        picked.add(flight.plan_id if flight else None)
+    in_flight = [x for x in recs if x.state in r.IN_FLIGHT]
+    latest = max(in_flight, key=lambda x: (x.requested_token, x.requested_at), default=None)
+    assert picked == {latest.plan_id if latest else None}
+
+
 def test_a_failed_attempt_is_retried_when_the_state_moves_or_its_backoff_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -198,19 +256,29 @@ def test_a_quota_move_under_an_older_token_than_the_records_is_refused() -> None
     assert actuating.quota_token == 7
 
 
-@pytest.mark.parametrize("state", [r.REQUESTED, r.ACTUATED])
-def test_a_new_quota_holder_adopts_what_quota_moves_next(state: str) -> None:
-    rec = record(state, quota_token=3, fencing_token=1 if state == r.ACTUATED else 0)
-    assert r.quota_adopts(rec, 4)
-    assert not r.quota_adopts(rec, 3)  # already its own
-    adopted = r.advance(rec, state, by=r.QUOTA, now=T0, quota_token=4)
-    assert (adopted.state, adopted.quota_token) == (state, 4)
+def test_a_new_quota_holder_adopts_an_actuated_plan() -> None:
+    rec = record(r.ACTUATED, quota_token=3, fencing_token=1)
+    assert r.takeover_move(rec, 4) == r.ACTUATED
+    assert r.takeover_move(rec, 3) is None  # already its own
+    adopted = r.advance(rec, r.ACTUATED, by=r.QUOTA, now=T0, quota_token=4)
+    assert (adopted.state, adopted.quota_token) == (r.ACTUATED, 4)
     with pytest.raises(r.IllegalMove, match="adopting it needs a quota token above 4"):
-        r.advance(adopted, state, by=r.QUOTA, now=T0, quota_token=4)
+        r.advance(adopted, r.ACTUATED, by=r.QUOTA, now=T0, quota_token=4)
     # the older holder's move of the adopted record is refused
-    end = r.EXPIRED if state == r.REQUESTED else r.CLOSED
     with pytest.raises(r.IllegalMove, match="stale"):
-        r.advance(adopted, end, by=r.QUOTA, now=T0, quota_token=3)
+        r.advance(adopted, r.CLOSED, by=r.QUOTA, now=T0, quota_token=3)
+
+
+def test_a_new_quota_holder_expires_an_older_holders_request() -> None:
+    rec = record(r.REQUESTED, quota_token=3)
+    assert r.takeover_move(rec, 4) == r.EXPIRED
+    assert r.takeover_move(rec, 3) is None  # its own: it may confirm it
+    expired = r.advance(rec, r.EXPIRED, by=r.QUOTA, now=T0, quota_token=4)
+    # the older holder's confirmation of it is refused: the request ended
+    with pytest.raises(r.IllegalMove):
+        r.advance(expired, r.CONFIRMED, by=r.QUOTA, now=T0, proposal=proposal(), quota_token=3)
+    with pytest.raises(r.IllegalMove):  # and nobody adopts a request as it is any more
+        r.advance(rec, r.REQUESTED, by=r.QUOTA, now=T0, quota_token=4)
 
 
 @pytest.mark.parametrize("state", [r.CONFIRMED, r.ACTUATING, r.DROPPED, r.CLOSED])

@@ -31,6 +31,7 @@ EVENT_SUBJECTS: dict[type[events.Event], tuple[str, str]] = {
     events.Admitted: ("quota", "admitted"),
     events.Pending: ("quota", "pending"),
     events.CheckDecided: ("quota", "check-decided"),
+    events.ShadowCompared: ("quota", "shadow-compared"),
     events.PreemptionRequested: ("quota", "preemption-requested"),
     events.RequestExpired: ("quota", "request-expired"),
     events.PlanConfirmed: ("quota", "plan-confirmed"),

@@ -219,6 +219,8 @@ def plan(
         "gangpreempt explain -f examples/gang-demo -o json",
         "GANGPREEMPT_NATS_USER=admin GANGPREEMPT_NATS_PASSWORD=... \\",
         "  gangpreempt explain --plan plan-3f9c... --nats-url nats://nats:4222",
+        "gangpreempt explain --shadow --kubeconfig ~/.kube/config",
+        "gangpreempt explain --shadow --nats-url nats://nats:4222",
     )
 )
 @_FILES
@@ -235,8 +237,15 @@ def plan(
     help="Live: ask the running victims service to explain this plan (as the admin "
     "user: GANGPREEMPT_NATS_USER / _PASSWORD); no -f needed.",
 )
-@click.option("--nats-url", help="With --plan: NATS server URL [GANGPREEMPT_NATS_URL].")
-@click.option("--prefix", help="With --plan: subject prefix [GANGPREEMPT_PREFIX].")
+@click.option(
+    "--shadow",
+    is_flag=True,
+    help="Shadow mode: each preemption Kueue or kube-scheduler made, beside what "
+    "gangpreempt would have done. With -f or --kubeconfig: the preemptions the snapshot "
+    "shows (victims still marked); without: those the running services recorded.",
+)
+@click.option("--nats-url", help="With --plan or --shadow: NATS server URL [GANGPREEMPT_NATS_URL].")
+@click.option("--prefix", help="With --plan or --shadow: subject prefix [GANGPREEMPT_PREFIX].")
 def explain(
     paths: tuple[str, ...],
     workload: str | None,
@@ -248,6 +257,7 @@ def explain(
     kube_context: str | None,
     strict: bool,
     plan_id: str | None,
+    shadow: bool,
     nats_url: str | None,
     prefix: str | None,
 ) -> None:
@@ -256,12 +266,19 @@ def explain(
 
     Each pending object is evaluated alone, as the head of its queue (as plan
     --workload does). With --plan, the running services answer for one of their plans.
+    With --shadow, the peers' preemptions beside gangpreempt's decisions.
     """
     from gangpreempt.planning.explaining import explain as explain_one
     from gangpreempt.planning.explaining import explanation_lines
 
     if plan_id:
         _explain_live(plan_id, workload, nats_url, prefix, output)
+        return
+    if shadow:
+        if paths or kubeconfig:
+            _explain_shadow(paths, now, output, kubeconfig, kube_context, strict)
+        else:
+            _explain_shadow_live(nats_url, prefix, output)
         return
     try:
         clock = _now(now)
@@ -298,6 +315,72 @@ def explain(
         left = len(loaded.rejected)
         click.echo(f"error: {left} object{'' if left == 1 else 's'} left out (see above)", err=True)
         sys.exit(EXIT_INVALID)
+
+
+def _shadow_output(now: str, comparisons: list[Any], output: str) -> None:
+    from gangpreempt.planning.shadow import comparison_lines
+
+    if output == "json":
+        doc = {"now": now, "comparisons": comparisons}
+        click.echo(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode())
+        return
+    if not comparisons:
+        click.echo("no preemption by Kueue or kube-scheduler found")
+    for c in comparisons:
+        for line in comparison_lines(c):
+            click.echo(line)
+        click.echo("")
+
+
+def _explain_shadow(
+    paths: tuple[str, ...],
+    now: str | None,
+    output: str,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    strict: bool,
+) -> None:
+    from gangpreempt.planning.shadow import snapshot_comparisons
+
+    try:
+        clock = _now(now)
+        loaded = _read_input(paths, kubeconfig, kube_context, output, strict)
+        with paused(), _progress(output, "comparing"):
+            found = snapshot_comparisons(loaded.state, clock)
+    except InvalidInput as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+    _shadow_output(clock.isoformat(), found, output)
+    _QUICK_EXIT.append(True)
+
+
+def _explain_shadow_live(nats_url: str | None, prefix: str | None, output: str) -> None:
+    import asyncio
+    from datetime import UTC, datetime
+
+    from gangpreempt import events
+    from gangpreempt.bus import Topology, connected_with
+    from gangpreempt.bus.reading import read_subject
+    from gangpreempt.config import load_settings
+    from gangpreempt.telemetry import setup_logging
+
+    overrides = {"nats_url": nats_url, "prefix": prefix}
+    try:
+        settings = load_settings({k: v for k, v in overrides.items() if v is not None})
+        setup_logging("explain", "warning")
+        topology = Topology(settings.prefix)
+        subject = topology.event_subject(events.ShadowCompared)
+
+        async def read() -> list[Any]:
+            async with connected_with(settings, "gangpreempt-explain", patience=5.0) as nc:
+                msgs = await read_subject(nc.jetstream(), topology.decisions_stream, subject)
+            return [events.decode(m.data) for m in msgs]
+
+        found = asyncio.run(read())
+    except (InvalidInput, Transient, OSError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+    _shadow_output(datetime.now(UTC).isoformat(), found, output)
 
 
 def _explain_live(

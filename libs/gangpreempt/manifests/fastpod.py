@@ -131,7 +131,7 @@ def fast_pod(
         return None
     ok_start, start = _time(status.get("startTime"))
     ok_deleted, deleted = _time(meta.get("deletionTimestamp"))
-    ok_scheduled, scheduled = _scheduled_at(status.get("conditions"))
+    ok_scheduled, scheduled, disruption = _conditions(status.get("conditions"))
     if not (ok_start and ok_deleted and ok_scheduled):
         return None
     scheduling = _NO_CONSTRAINTS
@@ -158,21 +158,32 @@ def fast_pod(
         start_time=start,
         scheduled_at=scheduled,
         terminating=deleted is not None,
+        disruption=disruption,
     )
 
 
-def _scheduled_at(conditions: Any) -> tuple[bool, datetime | None]:
-    """``nodes._scheduled_at`` on the raw list: (readable, the time or None)."""
+def _conditions(conditions: Any) -> tuple[bool, datetime | None, str]:
+    """``nodes._scheduled_at`` and ``nodes._disruption`` on the raw list: (readable, the
+    time or None, the disruption reason or empty)."""
     if conditions is None:
-        return True, None
+        return True, None, ""
     if type(conditions) is not list:
-        return False, None
+        return False, None, ""
+    scheduled: tuple[bool, datetime | None] | None = None
+    disruption = ""
     for cond in conditions:
         if type(cond) is not dict:
-            return False, None
-        if cond.get("type") == "PodScheduled" and cond.get("status") in (None, "True"):
-            return _time(cond.get("lastTransitionTime"))
-    return True, None
+            return False, None, ""
+        kind, status = cond.get("type"), cond.get("status")
+        if scheduled is None and kind == "PodScheduled" and status in (None, "True"):
+            scheduled = _time(cond.get("lastTransitionTime"))
+        elif not disruption and kind == "DisruptionTarget" and status == "True":
+            reason = cond.get("reason")
+            if reason is not None and type(reason) is not str:
+                return False, None, ""
+            disruption = reason or "Unknown"
+    ok, at = scheduled if scheduled is not None else (True, None)
+    return ok, at, disruption
 
 
 __all__ = ["fast_pod"]

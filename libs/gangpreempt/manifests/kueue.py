@@ -325,6 +325,15 @@ def _admission(status: Fields, pod_sets: tuple[PodSet, ...]) -> Admission | None
     )
 
 
+def _preemption_message(c: Fields) -> str:
+    """The message of a condition that says who preempted the workload (Kueue's
+    ``Preempted``, and ``Evicted`` for preemption): the only messages kept."""
+    kind = c.raw("type")
+    if kind == "Preempted" or (kind == "Evicted" and c.raw("reason") == "Preempted"):
+        return c.text("message", default="")
+    return ""
+
+
 def _conditions(status: Fields) -> tuple[Condition, ...]:
     return tuple(
         Condition(
@@ -332,6 +341,7 @@ def _conditions(status: Fields) -> tuple[Condition, ...]:
             status=c.enum("status", ("True", "False", "Unknown"), default="Unknown"),
             reason=c.text("reason", default=""),
             last_transition_time=c.time("lastTransitionTime"),
+            message=_preemption_message(c),
         )
         for c in status.maps("conditions")
     )

@@ -41,6 +41,14 @@ def node(name: str, meta: Fields, spec: Fields, status: Fields) -> Node:
     )
 
 
+def _disruption(status: Fields) -> str:
+    """The reason of a True ``DisruptionTarget`` condition (who is taking the pod)."""
+    for cond in status.maps("conditions"):
+        if cond.raw("type") == "DisruptionTarget" and cond.raw("status") == "True":
+            return cond.text("reason", default="") or "Unknown"
+    return ""
+
+
 def _scheduled_at(status: Fields) -> datetime | None:
     """When the PodScheduled condition turned True (toleration seconds count from it)."""
     for cond in status.maps("conditions"):
@@ -74,6 +82,7 @@ def pod(namespace: str, name: str, meta: Fields, spec: Fields, status: Fields) -
         start_time=status.time("startTime"),
         scheduled_at=_scheduled_at(status),
         terminating=meta.time("deletionTimestamp") is not None,
+        disruption=_disruption(status),
         gates=gates,
         created=meta.time("creationTimestamp") if gates else None,
     )

@@ -95,6 +95,9 @@ class Pod(msgspec.Struct, frozen=True):
     # The nodes gangpreempt planned for its pod set (``model.checks``), when it has them.
     planned_nodes: tuple[str, ...] = ()
     created: datetime | None = None  # metadata.creationTimestamp (read for gated pods)
+    # The reason of a True DisruptionTarget condition (PreemptionByScheduler: kube-scheduler
+    # preempted it; EvictionByEvictionAPI, ...), else empty.
+    disruption: str = ""
 
     @property
     def key(self) -> str:

@@ -52,6 +52,7 @@ class Condition(msgspec.Struct, frozen=True):
     status: str
     reason: str = ""
     last_transition_time: datetime | None = None
+    message: str = ""  # read for Kueue's Preempted / Evicted (who preempted: shadow mode)
 
 
 class PriorityClassRef(msgspec.Struct, frozen=True):

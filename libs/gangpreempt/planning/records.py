@@ -3,10 +3,10 @@
 ::
 
     requested --quota--> confirmed --actuator--> actuating --actuator--> actuated --quota--> closed
-        |  ^                 |                     |    ^                     |  ^
-        +--+                 +--actuator--> dropped +----+  a newer actuator   +--+ a newer quota
-        |  a newer quota adopts it                          takes over              adopts it
-        +--quota--> rejected | infeasible | expired
+        |                    |                     |    ^                     |  ^
+        |                    +--actuator--> dropped +----+  a newer actuator   +--+ a newer quota
+        |                                                   takes over              adopts it
+        +--quota--> rejected | infeasible | expired (also: a newer quota holder's, at takeover)
 
 quota creates the record (``requested``) when it asks for a plan, and answers the
 proposal on it (``confirmed`` with the whole proposal, or ``rejected``); the actuator
@@ -53,9 +53,7 @@ ACTUATOR = "actuator"
 
 # state -> {next state: the role that may write it}
 MOVES: dict[str, dict[str, str]] = {
-    # requested -> requested: a new quota lease holder adopts the request (its token)
     REQUESTED: {
-        REQUESTED: QUOTA,
         CONFIRMED: QUOTA,
         REJECTED: QUOTA,
         INFEASIBLE: QUOTA,
@@ -66,7 +64,7 @@ MOVES: dict[str, dict[str, str]] = {
     ACTUATED: {ACTUATED: QUOTA, CLOSED: QUOTA},  # actuated -> actuated: adopted, as above
     DROPPED: {DROPPED: ACTUATOR},  # only to mark the PlanDropped event as published
 }
-# The states whose next move is quota's: a new quota lease holder adopts these.
+# The states whose next move is quota's: a new quota lease holder moves these first.
 QUOTA_OWES = frozenset({REQUESTED, ACTUATED})
 TERMINAL = frozenset({REJECTED, INFEASIBLE, EXPIRED, DROPPED, CLOSED})
 # The plan holds its preemptor's place (and its victims) in these states.
@@ -92,6 +90,9 @@ class PlanRecord(msgspec.Struct, frozen=True, kw_only=True):
     # quota's lease token when it created or last moved the record: a quota instance
     # whose token is older may move it no more
     quota_token: int = 0
+    # quota's lease token when it created the record (adoption leaves it): which of two
+    # plans for one preemptor is the later, whatever the instances' clocks say
+    requested_token: int = 0
     actuated: tuple[str, ...] = ()  # victims evicted (actuated)
     reason: str = ""  # why rejected, infeasible, expired, dropped or closed
     announced: bool = False  # the actuator's PlanDropped / PlanActuated is published
@@ -121,6 +122,24 @@ def new_record(
         state_seq=state_seq,
         writer=writer,
         quota_token=quota_token,
+        requested_token=quota_token,
+    )
+
+
+def supersedes(new: PlanRecord, current: PlanRecord) -> bool:
+    """Whether ``new`` takes ``current``'s place as its preemptor's one plan in flight
+    (two records for one preemptor: a request an older quota holder wrote late, a plan
+    whose flight quota ended before it came back). The later request wins: the one made
+    under the later lease token, then the later by the clock, then by plan id, so every
+    holder picks the same one in any order it reads them. Adoption rewrites
+    ``quota_token`` but not ``requested_token``, so a late request an older holder made
+    never displaces a plan confirmed since, even when two instances' clocks disagree."""
+    if new.state not in IN_FLIGHT:
+        return False
+    return (new.requested_token, new.requested_at, new.plan_id) > (
+        current.requested_token,
+        current.requested_at,
+        current.plan_id,
     )
 
 
@@ -183,11 +202,28 @@ def actuator_step(rec: PlanRecord, token: int, stale: str | None = None) -> str:
     return NOTHING
 
 
+def takeover_move(rec: PlanRecord, token: int) -> str | None:
+    """What a quota instance that took the lease with ``token`` writes on ``rec`` before
+    it acts, under its token, so that a write an older holder still has on the way fails
+    its compare-and-set: an actuated plan is adopted (written again as it is: its victims
+    are evicted, quota closes it once its preemptor is admitted); a request of an older
+    holder is expired, and the new holder asks again. A request holds nothing and nobody
+    touched a victim for it, so ending it costs one more round of victims; adopting it
+    would make a request of unknown provenance the new holder's (one an older holder
+    wrote late, after another holder had asked again for the same preemptor), and two
+    plans for one preemptor could then both be confirmed. None: nothing to write."""
+    if rec.quota_token >= token:
+        return None
+    if rec.state == REQUESTED:
+        return EXPIRED
+    if rec.state == ACTUATED:
+        return ACTUATED
+    return None
+
+
 def quota_adopts(rec: PlanRecord, token: int) -> bool:
-    """Whether a quota instance that took the lease with ``token`` must adopt ``rec``
-    (write it again under its token) before it acts: quota's move is next, and an older
-    holder may still have a write of it on the way (its compare-and-set then fails)."""
-    return rec.state in QUOTA_OWES and rec.quota_token < token
+    """Whether a new quota lease holder writes ``rec`` before it acts."""
+    return takeover_move(rec, token) is not None
 
 
 def actuator_owes(rec: PlanRecord) -> bool:
@@ -226,4 +262,6 @@ __all__ = [
     "advance",
     "new_record",
     "quota_adopts",
+    "supersedes",
+    "takeover_move",
 ]

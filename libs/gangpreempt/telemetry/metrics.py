@@ -173,6 +173,28 @@ DECODE_SECONDS = Histogram(
     buckets=CALL_BUCKETS,
 )
 
+# -- shadow mode -------------------------------------------------------------------------
+
+SHADOW_PREEMPTIONS = Counter(
+    "gangpreempt_shadow_preemptions_total",
+    "Shadow mode: preemptions a peer made (kueue, kube-scheduler), by what gangpreempt "
+    "would have done for the same preemptor (same, fewer, different, partial-gang, "
+    "unplaceable, not-needed, unknown).",
+    ["peer", "verdict"],
+)
+SHADOW_VICTIMS = Counter(
+    "gangpreempt_shadow_victims_total",
+    "Shadow mode: victims of the peers' preemptions (side peer) and the victims "
+    "gangpreempt would have taken for the same preemptors (side gangpreempt), in the "
+    "peer's units (Workloads for Kueue, pods for kube-scheduler).",
+    ["peer", "side"],
+)
+SHADOW_PARTIAL_GANGS = Counter(
+    "gangpreempt_shadow_partial_gangs_total",
+    "Shadow mode: gangs a peer's preemption split (some pods taken, others left running).",
+    ["peer"],
+)
+
 # -- the hops of a decision -------------------------------------------------------------
 
 _REMEMBERED = 40_000  # hop starts kept (oldest forgotten first)
@@ -278,6 +300,12 @@ def published(event: events.Event) -> None:
     elif isinstance(event, events.VictimActuated):
         kind = event.victim.split("/", 1)[0] or "Unknown"
         VICTIMS.labels(event.reason, kind).inc()
+    elif isinstance(event, events.ShadowCompared):
+        SHADOW_PREEMPTIONS.labels(event.peer, event.verdict).inc()
+        SHADOW_VICTIMS.labels(event.peer, "peer").inc(len(event.peer_victims))
+        SHADOW_VICTIMS.labels(event.peer, "gangpreempt").inc(len(event.victims))
+        if event.partial_gangs:
+            SHADOW_PARTIAL_GANGS.labels(event.peer).inc(len(event.partial_gangs))
     elif isinstance(event, events.Admitted):
         KUEUE_ADMITTED.labels(event.cluster_queue or "none").inc()
         hop("actuated_to_admitted", _starts.take("actuated", event.workload), at)
