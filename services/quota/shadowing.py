@@ -37,8 +37,15 @@ class Episode:
     preemptor: str  # its ref, "" while not known
     opened_at: datetime
     last: float  # monotonic: when its last victim was seen
+    uid: str = ""  # Kueue: the preemptor's UID its message names
+    node: str = ""  # kube-scheduler: the node of its victims
     victims: list[str] = field(default_factory=list)
     remembered: dict[str, Workload | Pod] = field(default_factory=dict)
+
+    def resolved(self, ref: str, objects: dict[str, Workload | Pod]) -> None:
+        self.preemptor = ref
+        for key, obj in objects.items():
+            self.remembered.setdefault(key, obj)
 
 
 class Shadow:
@@ -57,7 +64,11 @@ class Shadow:
         self.compared = 0
 
     def observe(self, kind: str, old: Any, new: Any) -> None:
-        """A STATE change (applied already): a peer's new victim joins its episode."""
+        """A STATE change (applied already): a peer's new victim joins its episode; the
+        preemptor an episode waits for is found (its objects may come after the marks:
+        ingest does not keep the order of changes across objects)."""
+        if self.episodes and new is not None:
+            self.resolve(new)
         victim = shadow.newly_marked(kind, old, new)
         if victim is None:
             return
@@ -72,17 +83,32 @@ class Shadow:
             if len(self.episodes) >= MAX_EPISODES:
                 oldest = min(self.episodes.values(), key=lambda e: e.last)
                 oldest.last = float("-inf")
-            episode = self.episodes[key] = Episode(victim.peer, preemptor, self.now(), 0.0)
+            episode = self.episodes[key] = Episode(
+                victim.peer, "", self.now(), 0.0, victim.preemptor_uid, victim.node
+            )
         episode.last = time.monotonic()
         if victim.victim not in episode.victims:
             episode.victims.append(victim.victim)
         for ref, obj in shadow.related(state, victim).items():
             episode.remembered.setdefault(ref, obj)
         if preemptor and not episode.preemptor:
-            episode.preemptor = preemptor
-        if episode.preemptor:
-            for ref, obj in shadow.preemptor_objects(state, episode.preemptor).items():
-                episode.remembered.setdefault(ref, obj)
+            episode.resolved(preemptor, shadow.preemptor_objects(state, preemptor))
+
+    def resolve(self, new: Any) -> None:
+        """``new`` is the preemptor an open episode waits for."""
+        for episode in self.episodes.values():
+            if episode.preemptor:
+                continue
+            if isinstance(new, Workload) and episode.uid and new.uid == episode.uid:
+                episode.resolved(new.ref, {new.ref: shadow.as_pending(new)})
+            elif (
+                isinstance(new, Pod)
+                and episode.node
+                and new.pending
+                and new.nominated_node == episode.node
+            ):
+                ref = shadow.unit_ref(new)
+                episode.resolved(ref, shadow.preemptor_objects(self.state(), ref))
 
     def due(self, clock: float | None = None) -> list[Episode]:
         """The episodes whose last victim is ``settle`` seconds old, taken out."""
@@ -92,14 +118,15 @@ class Shadow:
 
     def comparison(self, episode: Episode) -> shadow.Comparison:
         state = self.state()
+        if not episode.preemptor:  # look once more: it may be known by now
+            found = shadow.PeerVictim(
+                episode.peer, "", preemptor_uid=episode.uid, node=episode.node
+            )
+            ref = shadow.preemptor_of(state, found)
+            if ref:
+                episode.resolved(ref, shadow.preemptor_objects(state, ref))
         preemptor = episode.preemptor
-        if not preemptor and episode.peer == shadow.SCHEDULER:
-            # nominated after the victims were marked: look again
-            first = shadow.scheduler_victim_of(episode.remembered, episode.victims)
-            preemptor = shadow.preemptor_of(state, first) if first is not None else ""
-            if preemptor:
-                episode.remembered.update(shadow.preemptor_objects(state, preemptor))
-        was = shadow.before(state, episode.remembered)
+        was = shadow.before(state, episode.remembered, preemptor)
         return shadow.compare(was, self.now(), episode.peer, preemptor, episode.victims)
 
     async def close_due(self, publishing: bool) -> int:

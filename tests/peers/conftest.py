@@ -11,7 +11,8 @@ import pytest
 from tests.e2e.conftest import scenario_dir, services
 from tests.peers.control_plane import ControlPlane, default_cache_dir
 
-__all__ = ["control_plane", "scenario_dir", "services"]
+__all__ = ["SHADOW_USER", "control_plane", "scenario_dir", "services"]
+SHADOW_USER = "gangpreempt-shadow"
 
 
 @pytest.fixture(scope="session")
@@ -20,7 +21,9 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     plane = ControlPlane(
         cache_dir=cache,
         work_dir=tmp_path_factory.mktemp("control-plane"),
-        users={"gangpreempt-test-user": []},
+        # the services' own identity in shadow mode: allowed everything, so that the
+        # audit log, not RBAC, shows that they only read
+        users={"gangpreempt-test-user": [], SHADOW_USER: ["system:masters"]},
     )
     plane.start()
     try:

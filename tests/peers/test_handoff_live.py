@@ -13,6 +13,7 @@ the API server, narrowed there and ungated, and kube-scheduler binds it there.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import urllib.error
 import uuid
@@ -41,8 +42,11 @@ def now() -> str:
 class Cluster:
     """What the test does to the API server, and its Job controller and kubelet."""
 
-    def __init__(self, plane: ControlPlane, suffix: str) -> None:
+    def __init__(self, plane: ControlPlane, suffix: str, managed: bool = True) -> None:
         self.plane = plane
+        # managed: the ClusterQueue lists gangpreempt's check and Kueue's stanza says
+        # Never; else Kueue preempts on its own (LowerPriority), as before gangpreempt
+        self.managed = managed
         self.ns = f"handoff-{suffix}"
         self.suffix = suffix
         self.nodes = [f"gpu-{suffix}-{i}" for i in range(2)]
@@ -127,17 +131,22 @@ class Cluster:
             },
             f"{KUEUE_API}/resourceflavors/{flavor}",
         )
+        spec: dict[str, Any] = (
+            {
+                "preemption": {"withinClusterQueue": "Never", "reclaimWithinCohort": "Never"},
+                "admissionChecksStrategy": {"admissionChecks": [{"name": "gangpreempt"}]},
+            }
+            if self.managed
+            else {"preemption": {"withinClusterQueue": "LowerPriority"}}
+        )
+        notes = {"gangpreempt.io/preemption": '{"withinClusterQueue": "LowerPriority"}'}
         await self.apply(
             {
                 "apiVersion": "kueue.x-k8s.io/v1beta2",
                 "kind": "ClusterQueue",
-                "metadata": {
-                    "name": cq,
-                    "annotations": {
-                        "gangpreempt.io/preemption": '{"withinClusterQueue": "LowerPriority"}'
-                    },
-                },
+                "metadata": {"name": cq, "annotations": notes if self.managed else {}},
                 "spec": {
+                    **spec,
                     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": self.ns}},
                     "resourceGroups": [
                         {
@@ -153,8 +162,6 @@ class Cluster:
                             ],
                         }
                     ],
-                    "preemption": {"withinClusterQueue": "Never", "reclaimWithinCohort": "Never"},
-                    "admissionChecksStrategy": {"admissionChecks": [{"name": "gangpreempt"}]},
                 },
             },
             f"{KUEUE_API}/clusterqueues/{cq}",
@@ -173,7 +180,9 @@ class Cluster:
         for node in self.nodes:
             await self.call("DELETE", f"/api/v1/nodes/{node}")
 
-    async def job(self, name: str, priority: str) -> None:
+    async def job(
+        self, name: str, priority: str, node_selector: dict[str, str] | None = None
+    ) -> None:
         """A batch/v1 Job of one 8-GPU pod in the local queue (Kueue suspends it)."""
         await self.call(
             "POST",
@@ -192,6 +201,7 @@ class Cluster:
                     "template": {
                         "spec": {
                             "restartPolicy": "Never",
+                            **({"nodeSelector": node_selector} if node_selector else {}),
                             "containers": [
                                 {
                                     "name": "c",
@@ -352,7 +362,15 @@ async def eventually(
 
 @pytest.fixture
 async def cluster(control_plane: ControlPlane) -> AsyncIterator[Cluster]:
-    c = Cluster(control_plane, uuid.uuid4().hex[:6])
+    async with running_cluster(control_plane, managed=True) as c:
+        yield c
+
+
+@contextlib.asynccontextmanager
+async def running_cluster(control_plane: ControlPlane, managed: bool) -> AsyncIterator[Cluster]:
+    """A cluster of its own (namespace, nodes, queues) with the test's Job controller
+    and kubelet running beside it."""
+    c = Cluster(control_plane, uuid.uuid4().hex[:6], managed)
     await c.setup()
 
     async def loop() -> None:

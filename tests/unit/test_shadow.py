@@ -13,10 +13,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from gangpreempt import events
 from gangpreempt.cli.main import cli
 from gangpreempt.manifests import load
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning import shadow as sh
+from services.quota.shadowing import Shadow
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -64,7 +66,13 @@ def queues(nominal: str) -> list[dict[str, Any]]:
 
 
 def workload(
-    name: str, cpus: int, priority: int, *, admitted: bool = True, preempted_for: str = ""
+    name: str,
+    cpus: int,
+    priority: int,
+    *,
+    admitted: bool = True,
+    preempted_for: str = "",
+    node_selector: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     status: dict[str, Any] = {}
     if admitted:
@@ -118,7 +126,8 @@ def workload(
                         "spec": {
                             "containers": [
                                 {"name": "c", "resources": {"requests": {"cpu": str(cpus)}}}
-                            ]
+                            ],
+                            **({"nodeSelector": node_selector} if node_selector else {}),
                         }
                     },
                 }
@@ -183,6 +192,34 @@ def test_a_kueue_preemption_beside_gangpreempts_decision(
     assert c.peer_victims == tuple(f"Workload/ns/{n}" for n in taken)
     assert c.victims == ours
     assert c.message.startswith("Kueue preempted")
+
+
+def test_kueue_preempting_for_a_workload_no_node_can_run_is_unplaceable() -> None:
+    """Kueue counts quota only: it preempts for a workload whose pods ask for nodes the
+    cluster does not have (Kueue #3210, #5243). gangpreempt places the pods its pod sets
+    describe before it preempts, and would have preempted nothing."""
+    state = state_of(
+        [
+            *queues("8"),
+            node("n1", 16),
+            workload("low", 8, 1, preempted_for="uid-p"),
+            workload("p", 8, 9, admitted=False, node_selector={"gpu": "h100"}),
+        ]
+    )
+    (c,) = compared(state)
+    assert (c.preemptor, c.verdict, c.victims) == ("Workload/ns/p", sh.UNPLACEABLE, ())
+    assert "gangpreempt would have preempted nothing" in c.message
+    # the same preemptor on a node it can use: Kueue's victim is gangpreempt's too
+    fits = state_of(
+        [
+            *queues("8"),
+            node("n1", 16),
+            workload("low", 8, 1, preempted_for="uid-p"),
+            workload("p", 8, 9, admitted=False),
+        ]
+    )
+    (same,) = compared(fits)
+    assert (same.verdict, same.victims) == (sh.SAME, ("Workload/ns/low",))
 
 
 def test_a_preemption_whose_preemptor_is_gone_is_unknown() -> None:
@@ -292,7 +329,7 @@ def test_a_scheduler_preemption_that_splits_a_gang_is_reported() -> None:
     assert c.verdict == sh.PARTIAL_GANG
     assert c.partial_gangs == ("PodGroup/ns/g",)
     assert set(c.victims) == {"Pod/ns/g-0", "Pod/ns/g-1"}  # gangpreempt: the whole gang
-    assert "never preempts part of a gang" in c.message
+    assert "which gangpreempt never does" in c.message
 
 
 def test_the_preemptor_of_a_pod_is_the_highest_pod_nominated_to_its_node() -> None:
@@ -324,6 +361,7 @@ def test_explain_shadow_reads_a_snapshot_and_reports_each_peer_preemption(
         workload("p", 4, 9, admitted=False),
         node("n1"),
         node("n2"),
+        node("n3"),  # room for p's pod: Kueue's quota is all it lacks
         pod_group("g", 2),
         pod("g-0", 8, 1, on="n1", group="g", preempted=True),
         pod("g-1", 8, 1, on="n2", group="g"),
@@ -339,7 +377,7 @@ def test_explain_shadow_reads_a_snapshot_and_reports_each_peer_preemption(
     text = CliRunner().invoke(cli, args)
     assert text.exit_code == 0, text.output
     assert "Kueue -> Workload/ns/p: fewer" in text.output
-    assert "never preempts part of a gang" in text.output
+    assert "which gangpreempt never does" in text.output
 
 
 def test_explain_shadow_on_a_snapshot_without_peer_preemptions_says_so(tmp_path: Path) -> None:
@@ -347,3 +385,59 @@ def test_explain_shadow_on_a_snapshot_without_peer_preemptions_says_so(tmp_path:
     result = CliRunner().invoke(cli, ["explain", "--shadow", "-f", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "no preemption by Kueue or kube-scheduler found" in result.output
+
+
+# -- quota's episodes (services.quota.shadowing) ------------------------------------------------
+
+
+async def test_an_episode_finds_its_preemptor_when_it_comes_after_the_victims_mark() -> None:
+    """Found against the real Kueue: ingest does not keep the order of changes across
+    objects, so a victim's mark can reach quota before the preemptor's Workload, and
+    the preemptor is seen first already admitted. The episode waits for it and compares
+    on it as it was while pending."""
+    full = state_of(
+        [
+            *queues("8"),
+            node("n1", 16),
+            workload("low", 8, 1, preempted_for="uid-p"),
+            workload("p", 8, 9),  # admitted by the time quota sees it
+        ]
+    )
+    plain = state_of([*queues("8"), workload("low", 8, 1)]).workloads["ns/low"]
+    live = ClusterState(
+        flavors=full.flavors,
+        cluster_queues=full.cluster_queues,
+        local_queues=full.local_queues,
+        nodes=full.nodes,
+        workloads={"ns/low": plain},
+    )
+    published: list[events.Event] = []
+
+    async def publish(e: events.Event) -> None:
+        published.append(e)
+
+    book = Shadow(lambda: live, publish, lambda: NOW, settle=0.0)
+    live.workloads["ns/low"] = full.workloads["ns/low"]
+    book.observe("Workload", plain, full.workloads["ns/low"])  # the mark, first
+    live.workloads["ns/p"] = full.workloads["ns/p"]
+    book.observe("Workload", None, full.workloads["ns/p"])  # then the preemptor
+    assert await book.close_due(publishing=True) == 1
+    (c,) = published
+    assert isinstance(c, events.ShadowCompared)
+    assert (c.peer, c.preemptor, c.verdict) == (sh.KUEUE, "Workload/ns/p", sh.SAME), c.message
+    assert c.victims == ("Workload/ns/low",)
+
+
+async def test_a_standby_drops_what_it_gathered_and_publishes_nothing() -> None:
+    state = state_of([*queues("8"), workload("low", 8, 1, preempted_for="uid-p")])
+    published: list[events.Event] = []
+
+    async def publish(e: events.Event) -> None:
+        published.append(e)
+
+    book = Shadow(lambda: state, publish, lambda: NOW, settle=0.0)
+    book.observe("Workload", None, state.workloads["ns/low"])
+    assert book.episodes
+    assert await book.close_due(publishing=False) == 0
+    assert published == []
+    assert not book.episodes

@@ -35,6 +35,7 @@ from datetime import datetime
 import msgspec
 
 from gangpreempt.errors import InvalidInput
+from gangpreempt.manifests.deriving import synthesize_pods
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod
 from gangpreempt.model.workloads import Condition, Workload
@@ -195,12 +196,23 @@ def related(state: ClusterState, v: PeerVictim) -> dict[str, Workload | Pod]:
     return out
 
 
+def as_pending(wl: Workload) -> Workload:
+    """A Kueue Workload as it was before Kueue reserved quota for it (a preemptor seen
+    only once admitted: its victims' marks came first)."""
+    if wl.is_pending:
+        return wl
+    kept = tuple(c for c in wl.conditions if c.type not in ("QuotaReserved", "Admitted"))
+    return msgspec.structs.replace(wl, admission=None, conditions=kept)
+
+
 def preemptor_objects(state: ClusterState, ref: str) -> dict[str, Workload | Pod]:
-    """The preemptor's objects while pending (a Workload, or its pending pods)."""
+    """The preemptor's objects as they were while it was pending: a Kueue Workload (its
+    pods are made again from its pod sets by ``before``), or a pod gang's pending pods."""
     kind, _, key = ref.partition("/")
     out: dict[str, Workload | Pod] = {}
-    if kind == "Workload" and (wl := state.workloads.get(key)) is not None and wl.is_pending:
-        out[ref] = wl
+    if kind == "Workload" and (wl := state.workloads.get(key)) is not None:
+        out[ref] = as_pending(wl)
+        return out
     for pod in state.pods.values():
         if pod.pending and unit_ref(pod) == ref:
             out[pod.ref] = pod
@@ -222,9 +234,14 @@ def unmarked(obj: Workload | Pod) -> Workload | Pod:
     return msgspec.structs.replace(obj, disruption="", terminating=False)
 
 
-def before(state: ClusterState, remembered: Mapping[str, Workload | Pod]) -> ClusterState:
+def before(
+    state: ClusterState, remembered: Mapping[str, Workload | Pod], preemptor: str = ""
+) -> ClusterState:
     """``state`` with the remembered objects (victims, their pods, the preemptor) put back
-    as they were before the peer's preemption. ``state`` itself is not changed."""
+    as they were before the peer's preemption. A pending Kueue preemptor whose pods do not
+    exist yet (Kueue creates them once it admits) gets them from its pod sets, as a
+    Workload gangpreempt manages does, so that its decision covers the nodes too: what it
+    would have done had it managed the queue. ``state`` itself is not changed."""
     workloads = dict(state.workloads)
     pods = dict(state.pods)
     for ref, obj in remembered.items():
@@ -233,7 +250,18 @@ def before(state: ClusterState, remembered: Mapping[str, Workload | Pod]) -> Clu
             workloads[key] = unmarked(obj)  # type: ignore[assignment]
         else:
             pods[key] = unmarked(obj)  # type: ignore[assignment]
-    return msgspec.structs.replace(state, workloads=workloads, pods=pods)
+    was = msgspec.structs.replace(state, workloads=workloads, pods=pods)
+    kind, _, key = preemptor.partition("/")
+    wl = workloads.get(key) if kind == "Workload" else None
+    if wl is not None and wl.is_pending and was.nodes:
+        # Before the preemption Kueue had not admitted it: none of its pods ran (those
+        # placed since are taken off the nodes), and a Job's pods did not exist yet: its
+        # pod sets say what they will be.
+        for pod_key in [k for k, p in pods.items() if p.kueue_workload == key and not p.pending]:
+            del pods[pod_key]
+        if not any(p.kueue_workload == key for p in pods.values()):
+            synthesize_pods(was, wl.name, wl)
+    return was
 
 
 # -- the comparison -------------------------------------------------------------------------
@@ -304,7 +332,7 @@ def compare(
         said = f"gangpreempt would have preempted {', '.join(ours)} instead"
     if split:  # what the peer broke comes first; what gangpreempt would have done follows
         verdict = PARTIAL_GANG
-        said = f"it split {', '.join(split)}; gangpreempt never preempts part of a gang ({said})"
+        said = f"it split {', '.join(split)}, which gangpreempt never does; {said}"
     return Comparison(peer, preemptor, verdict, taken, ours, split, f"{took}; {said}")
 
 
@@ -324,7 +352,7 @@ def snapshot_comparisons(state: ClusterState, now: datetime) -> list[Comparison]
             remembered.update(related(state, v))
         if preemptor:
             remembered.update(preemptor_objects(state, preemptor))
-        was = before(state, remembered)
+        was = before(state, remembered, preemptor)
         out.append(compare(was, now, peer, preemptor, [v.victim for v in victims]))
     return out
 
@@ -352,6 +380,7 @@ __all__ = [
     "VERDICTS",
     "Comparison",
     "PeerVictim",
+    "as_pending",
     "before",
     "compare",
     "comparison_lines",
