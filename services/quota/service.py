@@ -42,6 +42,7 @@ from gangpreempt.planning.inflight import PlanInFlight, rejection
 from gangpreempt.planning.nodeplan import NodePlanner
 from gangpreempt.planning.quotacycle import cycle_decisions
 from gangpreempt.planning.records import TERMINAL, PlanRecord, new_record
+from gangpreempt.planning.shadow import handed_over as shadow_handed_over
 from gangpreempt.telemetry import metrics
 from gangpreempt.telemetry.tracing import continued_span, current_carrier, root_span
 from services.livestate import LiveState, key_of
@@ -254,8 +255,13 @@ class Quota:
         settled preemptions are compared and published."""
         assert self.shadow is not None
         log.info("shadow mode: comparing the peers' preemptions; nothing is written")
+        warned: set[str] = set()
         while not await sleep_or_stop(term, min(0.25, self.ctx.settings.shadow_settle / 4)):
             seq = self.replica.seq
+            for warning in shadow_handed_over(self.replica.state):
+                if warning not in warned:
+                    warned.add(warning)
+                    log.warning("shadow mode: handed over but not acted on", detail=warning)
             try:
                 await self.shadow.close_due(publishing=True)
             except Exception:  # NATS away, most likely: the episode is lost, logged

@@ -441,3 +441,25 @@ async def test_a_standby_drops_what_it_gathered_and_publishes_nothing() -> None:
     assert await book.close_due(publishing=False) == 0
     assert published == []
     assert not book.episodes
+
+
+def test_what_was_handed_over_in_shadow_mode_is_named() -> None:
+    """A queue that lists gangpreempt's check, or a labelled namespace, while nothing is
+    written: Kueue would wait for the check forever, the pods would stay gated."""
+    check = {
+        "apiVersion": V1B2,
+        "kind": "AdmissionCheck",
+        "metadata": {"name": "gangpreempt"},
+        "spec": {"controllerName": "gangpreempt.io/placement"},
+    }
+    managed = queues("8")
+    managed[1]["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": "gangpreempt"}]}
+    managed[1]["spec"]["preemption"] = {"withinClusterQueue": "Never"}
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "ml", "labels": {"gangpreempt.io/authority": "enabled"}},
+    }
+    found = sh.handed_over(state_of([check, *managed, namespace]))
+    assert [f.split(" ")[:2] for f in found] == [["ClusterQueue", "cq"], ["Namespace", "ml"]]
+    assert sh.handed_over(state_of(queues("8"))) == []

@@ -39,6 +39,7 @@ from gangpreempt.manifests.deriving import synthesize_pods
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod
 from gangpreempt.model.workloads import Condition, Workload
+from gangpreempt.planning.authority import AUTHORITY_LABEL, ENABLED
 from gangpreempt.planning.decisions import ADMIT, PREEMPT, Decision, plural
 from gangpreempt.planning.planning import plan
 
@@ -336,6 +337,25 @@ def compare(
     return Comparison(peer, preemptor, verdict, taken, ours, split, f"{took}; {said}")
 
 
+def handed_over(state: ClusterState) -> list[str]:
+    """What was handed to gangpreempt although it writes nothing in shadow mode: a
+    ClusterQueue that lists its check (Kueue admits none of its workloads until the check
+    says Ready), a namespace labelled for it (its pods are gated and stay so)."""
+    out = [
+        f"ClusterQueue {name} lists gangpreempt's AdmissionCheck {cq.managed_by}: in shadow "
+        "mode nothing sets it Ready, so Kueue admits none of its workloads"
+        for name, cq in sorted(state.cluster_queues.items())
+        if cq.managed_by
+    ]
+    out += [
+        f"Namespace {name} is labelled {AUTHORITY_LABEL}={ENABLED}: in shadow mode nothing "
+        "lifts the scheduling gate its pods get"
+        for name, ns in sorted(state.namespaces.items())
+        if ns.labels.get(AUTHORITY_LABEL) == ENABLED
+    ]
+    return out
+
+
 def snapshot_comparisons(state: ClusterState, now: datetime) -> list[Comparison]:
     """Every peer preemption a snapshot shows (its victims still marked), one comparison
     per preemptor, each on the snapshot with the marks removed and the preemptor as it
@@ -384,6 +404,7 @@ __all__ = [
     "before",
     "compare",
     "comparison_lines",
+    "handed_over",
     "kueue_victim",
     "marked",
     "newly_marked",
