@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gangpreempt import events
 from gangpreempt.model.checks import GATE, PLANNED_NODES_ANNOTATION, WORKLOAD_LABEL
-from tests.e2e.harness import Services
+from tests.e2e.harness import Services, decisions
 from tests.peers.control_plane import KUEUE, SCHEDULER, ControlPlane
 
 pytestmark = [pytest.mark.peers, pytest.mark.timeout(300)]
@@ -448,3 +449,61 @@ async def test_the_newcomer_lands_where_its_victim_ran(
         KUEUE, "update", "workloads", "status"
     )
     assert kueue_patches  # Kueue did its part: reservations, admissions
+
+
+async def test_a_job_no_node_can_run_is_never_admitted_and_nothing_is_evicted(
+    control_plane: ControlPlane, cluster: Cluster, services: Services, nc: Any, topology: Any
+) -> None:
+    """The quota is full and the newcomer asks for a node the cluster does not have:
+    gangpreempt decides it (Pending, saying why), requests no preemption, and neither
+    running Job is touched; Kueue, whose stanza says Never, does not admit it."""
+    services.start(
+        extra={
+            "GANGPREEMPT_SOURCE": "kubernetes",
+            "GANGPREEMPT_SINK": "kubernetes",
+            "GANGPREEMPT_KUBECONFIG": str(control_plane.kubeconfig),
+            "GANGPREEMPT_AUTHORITY": "admission-check",
+            "GANGPREEMPT_MODE": "act",
+            "GANGPREEMPT_RELIST_INTERVAL": "60",
+        }
+    )
+    services.wait_started()
+    await cluster.job("low", "low")
+    await cluster.job("mid", "mid")
+
+    async def running(job: str) -> dict[str, Any] | None:
+        pod = await cluster.pod_of(job)
+        ok = pod is not None and (pod.get("status") or {}).get("phase") == "Running"
+        return pod if ok else None
+
+    await eventually(lambda: running("low"), 120, "low running", cluster)
+    await eventually(lambda: running("mid"), 120, "mid running", cluster)
+    await cluster.job("train", "high", node_selector={"gpu": "h100"})
+    prefix = f"Workload/{cluster.ns}/job-train-"
+
+    async def decided() -> list[Any]:
+        return [
+            e
+            for e in await decisions(nc, topology)
+            if isinstance(e, events.Pending) and e.workload.startswith(prefix)
+        ]
+
+    (pending, *_) = await eventually(decided, 60, "gangpreempt's decision on train", cluster)
+    assert "node" in pending.message, pending.message
+    seen = await decisions(nc, topology)
+    assert not [
+        e
+        for e in seen
+        if isinstance(e, events.PreemptionRequested) and e.workload.startswith(prefix)
+    ]
+    assert not [e for e in seen if isinstance(e, events.VictimActuated)]
+    assert await running("low") is not None
+    assert await running("mid") is not None
+    workloads = await cluster.call("GET", f"{KUEUE_API}/namespaces/{cluster.ns}/workloads")
+    for wl in workloads.get("items") or []:
+        conditions = {
+            c["type"]: c["status"] for c in (wl.get("status") or {}).get("conditions") or []
+        }
+        assert conditions.get("Evicted") != "True", wl["metadata"]["name"]
+        if wl["metadata"]["name"].startswith("job-train-"):
+            assert conditions.get("Admitted") != "True"

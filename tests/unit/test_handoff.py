@@ -12,7 +12,14 @@ import pytest
 
 from gangpreempt.errors import ManifestError
 from gangpreempt.manifests import load
-from gangpreempt.model.checks import CONTROLLER_NAME, PREEMPTION_ANNOTATION
+from gangpreempt.model.checks import (
+    CONTROLLER_NAME,
+    GATE,
+    PLACEHOLDER_LABEL,
+    PLANNED_NODES_ANNOTATION,
+    PREEMPTION_ANNOTATION,
+    WORKLOAD_LABEL,
+)
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning import plan
 from gangpreempt.planning.authority import (
@@ -23,6 +30,7 @@ from gangpreempt.planning.authority import (
     decides_workload,
 )
 from gangpreempt.planning.checking import BACKOFF_MAX_S, backoff_s, check_decided
+from gangpreempt.planning.gating import planned_assignments
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -352,3 +360,50 @@ def test_a_bad_annotation_in_a_file_is_an_error_at_its_line(tmp_path: Any) -> No
     assert "queues.yaml" in message
     assert "ClusterQueue cq" in message
     assert f"{PREEMPTION_ANNOTATION}.reclaimWithinCohort" in message
+
+
+def test_a_ready_workload_holds_its_planned_nodes_until_its_pods_are_bound() -> None:
+    """Found against the real Kueue: ``low``'s check said Ready on node-0, Kueue admitted
+    it, and before its pod existed ``w`` was decided, saw node-0 free and was sent there
+    too; low's pod never ran. A Ready workload's planned nodes are held (a placeholder
+    pod on each) until its pods are bound there; its gated pods still go there."""
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "node-0", "labels": {"kubernetes.io/hostname": "node-0"}},
+        "status": {"allocatable": {"cpu": "8", "pods": "110"}},
+    }
+    other = json.loads(json.dumps(node).replace("node-0", "node-1"))
+    low = workload("low", 8, 1, admitted=True, check="Ready")
+    low["status"]["admissionChecks"][0]["podSetUpdates"] = [
+        {"name": "main", "annotations": {PLANNED_NODES_ANNOTATION: "node-0"}}
+    ]
+    objects = [*queues(nominal="16"), node, other, low]
+    objects.append(workload("w", 8, 10, reserved=True, check="Pending"))
+    d, _, state = decision_for(objects, "w")
+    (held,) = [p for p in state.pods.values() if p.labels.get(PLACEHOLDER_LABEL)]
+    assert (held.node_name, held.kueue_workload) == ("node-0", "ns/low")
+    assert d.outcome == "Admit"
+    assert set(d.placement.values()) == {"node-1"}  # not low's node
+    # low's pod arrives gated: it is narrowed to node-0 all the same
+    gated_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "low-pod",
+            "namespace": "ns",
+            "labels": {WORKLOAD_LABEL: "low", "kueue.x-k8s.io/podset": "main"},
+            "annotations": {PLANNED_NODES_ANNOTATION: "node-0"},
+        },
+        "spec": {
+            "schedulingGates": [{"name": GATE}],
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "8"}}}],
+        },
+    }
+    state, _ = read([*queues(nominal="16"), node, other, low, gated_pod])
+    assert planned_assignments(state) == {"ns/low-pod": "node-0"}
+    # once bound there, the placeholder goes
+    gated_pod["spec"] = {"nodeName": "node-0", "containers": gated_pod["spec"]["containers"]}
+    gated_pod["status"] = {"phase": "Running"}
+    state, _ = read([*queues(nominal="16"), node, other, low, gated_pod])
+    assert not [p for p in state.pods.values() if p.labels.get(PLACEHOLDER_LABEL)]

@@ -10,12 +10,21 @@ for it and says why (``ClusterQueue.conflict``), rather than race Kueue."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import msgspec
 
 from gangpreempt.manifests.deriving import synthesize_pods
-from gangpreempt.model.checks import PREEMPTION_ANNOTATION
+from gangpreempt.model.checks import (
+    PLACEHOLDER_LABEL,
+    POD_SET_LABEL,
+    PREEMPTION_ANNOTATION,
+    READY,
+)
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.pods import Pod
 from gangpreempt.model.queues import NEVER, ClusterQueue, Preemption
+from gangpreempt.model.workloads import Workload
 
 
 def kueue_stays_out(p: Preemption) -> bool:
@@ -73,6 +82,41 @@ def join_checks(state: ClusterState, warnings: list[str]) -> None:
             # Kueue creates its pods only once it admits: the gang is placed on the nodes
             # as the pods its pod sets describe, before the check may say Ready.
             synthesize_pods(state, wl.name, wl)
+        elif state.nodes and wl.holds_quota and not wl.is_evicting:
+            hold_planned_nodes(state, wl)
 
 
-__all__ = ["join_checks", "kueue_stays_out"]
+def hold_planned_nodes(state: ClusterState, wl: Workload) -> None:
+    """A Workload whose check said Ready holds its planned nodes until its pods are
+    bound there: Kueue creates the pods only once it admits, and they wait gated until
+    the actuator narrows them, so for a while the nodes look free. Each planned node not
+    yet taken by one of its bound pods gets a placeholder pod on it (found against the
+    real Kueue: a second Workload was placed on a node the first one's check had named,
+    and the first one's pod never ran)."""
+    mine = wl.check(wl.placement_check)
+    if mine is None or mine.state != READY or not mine.planned:
+        return
+    single = len(wl.pod_sets) == 1
+    bound: dict[str, Counter[str]] = {}
+    for pod in state.pods.values():
+        if pod.kueue_workload == wl.key and pod.running and not pod.terminating:
+            pod_set = pod.labels.get(POD_SET_LABEL) or (wl.pod_sets[0].name if single else "")
+            bound.setdefault(pod_set, Counter())[pod.node_name] += 1
+    priority = state.priority_of(wl)
+    for ps in wl.pod_sets:
+        planned = mine.planned.get(ps.name, ())
+        missing = Counter(planned) - bound.get(ps.name, Counter())
+        for i, node in enumerate(sorted(missing.elements())):
+            pod = Pod(
+                namespace=wl.namespace,
+                name=f"{wl.name}-{ps.name}-placeholder-{i}",
+                requests=dict(ps.requests),
+                labels={PLACEHOLDER_LABEL: "true", POD_SET_LABEL: ps.name},
+                node_name=node,
+                priority=priority,
+                kueue_workload=wl.key,
+            )
+            state.pods[pod.key] = pod
+
+
+__all__ = ["hold_planned_nodes", "join_checks", "kueue_stays_out"]

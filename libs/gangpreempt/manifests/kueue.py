@@ -12,6 +12,7 @@ from gangpreempt.model.checks import (
     ACTIVE,
     CHECK_STATES,
     PENDING,
+    PLANNED_NODES_ANNOTATION,
     PREEMPTION_ANNOTATION,
     AdmissionCheck,
     CheckState,
@@ -187,12 +188,23 @@ def admission_check(name: str, spec: Fields, status: Fields) -> AdmissionCheck:
     )
 
 
+def _planned(check: Fields) -> dict[str, tuple[str, ...]]:
+    """Each pod set's planned nodes, from the check's podSetUpdates (gangpreempt's)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for update in check.maps("podSetUpdates"):
+        text = update.text_map("annotations").get(PLANNED_NODES_ANNOTATION, "")
+        if text:
+            out[update.text("name", required=True)] = tuple(n for n in text.split(",") if n)
+    return out
+
+
 def _check_states(status: Fields) -> tuple[CheckState, ...]:
     return tuple(
         CheckState(
             name=c.text("name", required=True),
             state=c.enum("state", CHECK_STATES, default=PENDING),
             retry_count=c.integer("retryCount", minimum=0) or 0,
+            planned=_planned(c),
         )
         for c in status.maps("admissionChecks")
     )

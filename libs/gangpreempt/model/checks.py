@@ -26,6 +26,12 @@ WORKLOAD_LABEL = "gangpreempt.io/workload"
 # in deploy/k8s adds it): kube-scheduler neither places them nor preempts for them until
 # gangpreempt narrows each to its planned node and removes it.
 GATE = "gangpreempt.io/placement"
+# A pod that stands, in gangpreempt's view of the nodes, for a pod of a managed Workload
+# whose check said Ready but which is not bound yet (Kueue creates the pods once it
+# admits, and they wait gated for their node): it holds the planned node meanwhile, so
+# that nothing else is placed there. Never a real object: the loader makes it.
+PLACEHOLDER_LABEL = "gangpreempt.io/placeholder"
+POD_SET_LABEL = "kueue.x-k8s.io/podset"  # Kueue's label on a pod set's pods
 # On a managed Kueue Workload's pods (from the check's podSetUpdates): the nodes planned
 # for their pod set, comma-separated, one per pod.
 PLANNED_NODES_ANNOTATION = "gangpreempt.io/planned-nodes"
@@ -54,6 +60,9 @@ class CheckState(msgspec.Struct, frozen=True):
     name: str
     state: str = PENDING
     retry_count: int = 0
+    # gangpreempt's check: each pod set's planned nodes, from its podSetUpdates'
+    # PLANNED_NODES_ANNOTATION (one node per pod)
+    planned: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
 
 
 __all__ = [
@@ -62,7 +71,9 @@ __all__ = [
     "CONTROLLER_NAME",
     "GATE",
     "PENDING",
+    "PLACEHOLDER_LABEL",
     "PLANNED_NODES_ANNOTATION",
+    "POD_SET_LABEL",
     "PREEMPTION_ANNOTATION",
     "READY",
     "REJECTED",

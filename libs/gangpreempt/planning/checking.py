@@ -10,13 +10,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from gangpreempt import events
-from gangpreempt.model.checks import READY, RETRY
+from gangpreempt.model.checks import POD_SET_LABEL, READY, RETRY
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.workloads import Workload
 from gangpreempt.planning.decisions import ADMIT, Decision, plural
 
 BACKOFF_MAX_S = 300
-POD_SET_LABEL = "kueue.x-k8s.io/podset"  # Kueue's label on a pod set's pods
 
 
 def pod_set_of(state: ClusterState, wl: Workload, pod_ref: str) -> str | None:

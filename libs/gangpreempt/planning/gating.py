@@ -19,10 +19,9 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime
 
-from gangpreempt.model.checks import GATE
+from gangpreempt.model.checks import GATE, PLACEHOLDER_LABEL, POD_SET_LABEL
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod
-from gangpreempt.planning.checking import POD_SET_LABEL
 
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -61,6 +60,8 @@ def planned_assignments(state: ClusterState) -> dict[str, str]:
         key = (pod.kueue_workload, pod.labels.get(POD_SET_LABEL, ""))
         if key not in free or pod.finished or pod.terminating or gated(pod):
             continue
+        if pod.labels.get(PLACEHOLDER_LABEL):
+            continue  # holds a node for the gated pods, which are the ones to go there
         if (node := _taken(pod, by_hostname)) is not None:
             free[key][node] -= 1
     out: dict[str, str] = {}
