@@ -136,6 +136,18 @@ def test_the_base_holds_the_admission_check_and_the_gate(
     assert '"gangpreempt.io/placement"' in mutation["applyConfiguration"]["expression"]
     binding = named(rendered, "MutatingAdmissionPolicyBinding", "gangpreempt-placement-gate")
     assert binding["spec"]["policyName"] == "gangpreempt-placement-gate"
+    # the managed workloads' pods by their label, any namespace
+    (selected,) = binding["spec"]["matchResources"]["objectSelector"]["matchExpressions"]
+    assert (selected["key"], selected["operator"]) == ("gangpreempt.io/workload", "Exists")
+    # every pod of a namespace handed over: by the namespace's label (a policy's CEL
+    # cannot read it: namespaceObject is empty for a MutatingAdmissionPolicy)
+    by_namespace = named(
+        rendered, "MutatingAdmissionPolicyBinding", "gangpreempt-placement-gate-namespaces"
+    )
+    assert by_namespace["spec"]["policyName"] == "gangpreempt-placement-gate"
+    assert by_namespace["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == {
+        "gangpreempt.io/authority": "enabled"
+    }
     config = named(
         rendered,
         "ConfigMap",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import urllib.error
 import uuid
@@ -294,9 +295,15 @@ class Cluster:
                     {"status": {"active": 1, "startTime": now(), "conditions": None}},
                     content_type="application/merge-patch+json",
                 )
-        for pod in pods:  # the kubelet: a bound pod runs
+        for pod in pods:  # the kubelet: a bound pod runs, a deleted one stops
             status = pod.get("status") or {}
-            if pod["spec"].get("nodeName") and status.get("phase") != "Running":
+            if pod["metadata"].get("deletionTimestamp"):
+                await self.call(
+                    "DELETE",
+                    f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}",
+                    {"gracePeriodSeconds": 0},
+                )
+            elif pod["spec"].get("nodeName") and status.get("phase") != "Running":
                 await self.call(
                     "PATCH",
                     f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}/status",
@@ -507,3 +514,164 @@ async def test_a_job_no_node_can_run_is_never_admitted_and_nothing_is_evicted(
         assert conditions.get("Evicted") != "True", wl["metadata"]["name"]
         if wl["metadata"]["name"].startswith("job-train-"):
             assert conditions.get("Admitted") != "True"
+
+
+# -- a pod gang outside Kueue -----------------------------------------------------------------
+
+POD_GROUP_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
+    "spec": {
+        "group": "scheduling.x-k8s.io",
+        "names": {"kind": "PodGroup", "plural": "podgroups", "singular": "podgroup"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1alpha1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+                "subresources": {"status": {}},
+            }
+        ],
+    },
+}
+
+
+async def gang_namespace(cluster: Cluster) -> None:
+    """scheduler-plugins' PodGroup kind (its CRD, as far as the API server needs it), the
+    namespace handed to gangpreempt, and two PriorityClasses."""
+    crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/podgroups.scheduling.x-k8s.io"
+    await cluster.apply(POD_GROUP_CRD, crd)
+
+    async def served() -> bool:
+        return await cluster.get("/apis/scheduling.x-k8s.io/v1alpha1") is not None
+
+    await eventually(served, 30, "the PodGroup kind served")
+    await cluster.call(
+        "PATCH",
+        f"/api/v1/namespaces/{cluster.ns}",
+        {"metadata": {"labels": {"gangpreempt.io/authority": "enabled"}}},
+        content_type="application/merge-patch+json",
+    )
+    for name, value in (("low", 10), ("high", 1000)):
+        await cluster.apply(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": f"{name}-{cluster.suffix}"},
+                "value": value,
+            },
+            f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}-{cluster.suffix}",
+        )
+
+
+async def gang_pod(cluster: Cluster, name: str, priority: str, group: str = "") -> None:
+    labels = {"scheduling.x-k8s.io/pod-group": group} if group else {}
+    await cluster.call(
+        "POST",
+        f"/api/v1/namespaces/{cluster.ns}/pods",
+        {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "priorityClassName": f"{priority}-{cluster.suffix}",
+                "nodeSelector": {"handoff": cluster.suffix},
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "busybox",
+                        "resources": {"requests": {"cpu": "1", GPU: "8"}, "limits": {GPU: "8"}},
+                    }
+                ],
+            },
+        },
+    )
+
+
+async def test_a_pod_gang_is_ungated_onto_the_nodes_its_plan_freed(
+    control_plane: ControlPlane, cluster: Cluster, services: Services
+) -> None:
+    """A PodGroup of two 8-GPU pods in a namespace handed to gangpreempt, both nodes
+    taken by lower pods: the API server gates the gang's pods at creation, gangpreempt
+    deletes the two lower pods, narrows the gang's pods onto the nodes they left and
+    lifts the gate, kube-scheduler binds them there; it never preempts for them and
+    never binds them elsewhere."""
+    await gang_namespace(cluster)
+    services.start(
+        extra={
+            "GANGPREEMPT_SOURCE": "kubernetes",
+            "GANGPREEMPT_SINK": "kubernetes",
+            "GANGPREEMPT_KUBECONFIG": str(control_plane.kubeconfig),
+            "GANGPREEMPT_AUTHORITY": "admission-check",
+            "GANGPREEMPT_MODE": "act",
+            "GANGPREEMPT_RELIST_INTERVAL": "60",
+        }
+    )
+    services.wait_started()
+    for i in range(2):
+        await gang_pod(cluster, f"filler-{i}", "low")
+
+    async def running(name: str) -> dict[str, Any] | None:
+        pod = await cluster.get(f"/api/v1/namespaces/{cluster.ns}/pods/{name}")
+        ok = pod is not None and (pod.get("status") or {}).get("phase") == "Running"
+        return pod if ok else None
+
+    fillers = [
+        await eventually(
+            functools.partial(running, f"filler-{i}"), 120, f"filler-{i} running", cluster
+        )
+        for i in range(2)
+    ]
+    held = {p["spec"]["nodeName"] for p in fillers}
+    assert held == set(cluster.nodes)
+    for pod in fillers:  # gated at creation, placed by gangpreempt
+        assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == pod["spec"]["nodeName"]
+
+    await cluster.apply(
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": cluster.ns},
+            "spec": {"minMember": 2},
+        },
+        f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{cluster.ns}/podgroups/train",
+    )
+    for i in range(2):
+        await gang_pod(cluster, f"train-{i}", "high", group="train")
+    created = [
+        await cluster.get(f"/api/v1/namespaces/{cluster.ns}/pods/train-{i}") for i in range(2)
+    ]
+    for pod in created:  # the API server gated them: kube-scheduler leaves them alone
+        assert pod is not None
+        assert GATE in [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+
+    gang = [
+        await eventually(
+            functools.partial(running, f"train-{i}"), 180, f"train-{i} running", cluster
+        )
+        for i in range(2)
+    ]
+    assert {p["spec"]["nodeName"] for p in gang} == held
+    for pod in gang:
+        assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == pod["spec"]["nodeName"]
+        assert GATE not in [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+    for i in range(2):
+        assert await cluster.get(f"/api/v1/namespaces/{cluster.ns}/pods/filler-{i}") is None
+
+    events = control_plane.audit_events(SCHEDULER)
+    mine = [e for e in events if (e.get("objectRef") or {}).get("namespace") == cluster.ns]
+    assert not [e for e in mine if e["verb"] == "delete"]
+    assert not [e for e in mine if (e.get("objectRef") or {}).get("subresource") == "eviction"]
+    bindings = [
+        e
+        for e in mine
+        if (e.get("objectRef") or {}).get("subresource") == "binding"
+        and (e.get("objectRef") or {}).get("name", "").startswith("train-")
+    ]
+    assert len(bindings) == 2  # each gang pod bound once, where it runs
