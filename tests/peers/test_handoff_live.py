@@ -347,11 +347,24 @@ class Cluster:
         lines.append(f"ClusterQueue: {(cq or {}).get('status', {}).get('conditions')}")
         return "\n".join(lines)
 
+    async def running(self, job: str) -> dict[str, Any] | None:
+        """The pod of ``job`` once it runs."""
+        return _if_running(await self.pod_of(job))
+
+    async def running_pod(self, name: str) -> dict[str, Any] | None:
+        """Pod ``name`` once it runs."""
+        return _if_running(await self.get(f"/api/v1/namespaces/{self.ns}/pods/{name}"))
+
     async def pod_of(self, job: str) -> dict[str, Any] | None:
         for pod in await self.pods():
             if pod["metadata"].get("labels", {}).get("job-name") == job:
                 return pod
         return None
+
+
+def _if_running(pod: dict[str, Any] | None) -> dict[str, Any] | None:
+    ok = pod is not None and (pod.get("status") or {}).get("phase") == "Running"
+    return pod if ok else None
 
 
 async def eventually(
@@ -366,6 +379,23 @@ async def eventually(
             seen = await cluster.describe() if cluster is not None else ""
             raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{seen}")
         await asyncio.sleep(0.2)
+
+
+def start_services(services: Services, kubeconfig: Path, mode: str = "act", **env: str) -> None:
+    """The four services against the control plane, deciding for the managed queues and
+    the labelled namespaces only (the kustomize base's authority)."""
+    services.start(
+        extra={
+            "GANGPREEMPT_SOURCE": "kubernetes",
+            "GANGPREEMPT_SINK": "kubernetes",
+            "GANGPREEMPT_KUBECONFIG": str(kubeconfig),
+            "GANGPREEMPT_AUTHORITY": "admission-check",
+            "GANGPREEMPT_MODE": mode,
+            "GANGPREEMPT_RELIST_INTERVAL": "60",
+            **env,
+        }
+    )
+    services.wait_started()
 
 
 @pytest.fixture
@@ -401,26 +431,12 @@ async def running_cluster(control_plane: ControlPlane, managed: bool) -> AsyncIt
 async def test_the_newcomer_lands_where_its_victim_ran(
     control_plane: ControlPlane, cluster: Cluster, services: Services
 ) -> None:
-    services.start(
-        extra={
-            "GANGPREEMPT_SOURCE": "kubernetes",
-            "GANGPREEMPT_SINK": "kubernetes",
-            "GANGPREEMPT_KUBECONFIG": str(control_plane.kubeconfig),
-            "GANGPREEMPT_AUTHORITY": "admission-check",
-            "GANGPREEMPT_RELIST_INTERVAL": "60",
-        }
-    )
-    services.wait_started()
+    start_services(services, control_plane.kubeconfig)
     await cluster.job("low", "low")
     await cluster.job("mid", "mid")
 
-    async def running(job: str) -> dict[str, Any] | None:
-        pod = await cluster.pod_of(job)
-        ok = pod is not None and (pod.get("status") or {}).get("phase") == "Running"
-        return pod if ok else None
-
-    low = await eventually(lambda: running("low"), 120, "low running", cluster)
-    mid = await eventually(lambda: running("mid"), 120, "mid running", cluster)
+    low = await eventually(lambda: cluster.running("low"), 120, "low running", cluster)
+    mid = await eventually(lambda: cluster.running("mid"), 120, "mid running", cluster)
     for pod in (low, mid):
         # Gated at creation by the API server, narrowed to its planned node, then bound.
         planned = pod["metadata"]["annotations"][PLANNED_NODES_ANNOTATION]
@@ -431,10 +447,10 @@ async def test_the_newcomer_lands_where_its_victim_ran(
     assert {low["spec"]["nodeName"], mid["spec"]["nodeName"]} == set(cluster.nodes)
 
     await cluster.job("train", "high")
-    train = await eventually(lambda: running("train"), 180, "train running", cluster)
+    train = await eventually(lambda: cluster.running("train"), 180, "train running", cluster)
     assert train["spec"]["nodeName"] == low["spec"]["nodeName"]
     assert await cluster.pod_of("low") is None
-    assert (await running("mid")) is not None  # untouched
+    assert (await cluster.running("mid")) is not None  # untouched
 
     # gangpreempt evicted low's Workload; neither Kueue nor kube-scheduler preempted.
     events = control_plane.audit_events()
@@ -464,27 +480,12 @@ async def test_a_job_no_node_can_run_is_never_admitted_and_nothing_is_evicted(
     """The quota is full and the newcomer asks for a node the cluster does not have:
     gangpreempt decides it (Pending, saying why), requests no preemption, and neither
     running Job is touched; Kueue, whose stanza says Never, does not admit it."""
-    services.start(
-        extra={
-            "GANGPREEMPT_SOURCE": "kubernetes",
-            "GANGPREEMPT_SINK": "kubernetes",
-            "GANGPREEMPT_KUBECONFIG": str(control_plane.kubeconfig),
-            "GANGPREEMPT_AUTHORITY": "admission-check",
-            "GANGPREEMPT_MODE": "act",
-            "GANGPREEMPT_RELIST_INTERVAL": "60",
-        }
-    )
-    services.wait_started()
+    start_services(services, control_plane.kubeconfig)
     await cluster.job("low", "low")
     await cluster.job("mid", "mid")
 
-    async def running(job: str) -> dict[str, Any] | None:
-        pod = await cluster.pod_of(job)
-        ok = pod is not None and (pod.get("status") or {}).get("phase") == "Running"
-        return pod if ok else None
-
-    await eventually(lambda: running("low"), 120, "low running", cluster)
-    await eventually(lambda: running("mid"), 120, "mid running", cluster)
+    await eventually(lambda: cluster.running("low"), 120, "low running", cluster)
+    await eventually(lambda: cluster.running("mid"), 120, "mid running", cluster)
     await cluster.job("train", "high", node_selector={"gpu": "h100"})
     prefix = f"Workload/{cluster.ns}/job-train-"
 
@@ -504,8 +505,8 @@ async def test_a_job_no_node_can_run_is_never_admitted_and_nothing_is_evicted(
         if isinstance(e, events.PreemptionRequested) and e.workload.startswith(prefix)
     ]
     assert not [e for e in seen if isinstance(e, events.VictimActuated)]
-    assert await running("low") is not None
-    assert await running("mid") is not None
+    assert await cluster.running("low") is not None
+    assert await cluster.running("mid") is not None
     workloads = await cluster.call("GET", f"{KUEUE_API}/namespaces/{cluster.ns}/workloads")
     for wl in workloads.get("items") or []:
         conditions = {
@@ -603,28 +604,16 @@ async def test_a_pod_gang_is_ungated_onto_the_nodes_its_plan_freed(
     lifts the gate, kube-scheduler binds them there; it never preempts for them and
     never binds them elsewhere."""
     await gang_namespace(cluster)
-    services.start(
-        extra={
-            "GANGPREEMPT_SOURCE": "kubernetes",
-            "GANGPREEMPT_SINK": "kubernetes",
-            "GANGPREEMPT_KUBECONFIG": str(control_plane.kubeconfig),
-            "GANGPREEMPT_AUTHORITY": "admission-check",
-            "GANGPREEMPT_MODE": "act",
-            "GANGPREEMPT_RELIST_INTERVAL": "60",
-        }
-    )
-    services.wait_started()
+    start_services(services, control_plane.kubeconfig)
     for i in range(2):
         await gang_pod(cluster, f"filler-{i}", "low")
 
-    async def running(name: str) -> dict[str, Any] | None:
-        pod = await cluster.get(f"/api/v1/namespaces/{cluster.ns}/pods/{name}")
-        ok = pod is not None and (pod.get("status") or {}).get("phase") == "Running"
-        return pod if ok else None
-
     fillers = [
         await eventually(
-            functools.partial(running, f"filler-{i}"), 120, f"filler-{i} running", cluster
+            functools.partial(cluster.running_pod, f"filler-{i}"),
+            120,
+            f"filler-{i} running",
+            cluster,
         )
         for i in range(2)
     ]
@@ -653,7 +642,7 @@ async def test_a_pod_gang_is_ungated_onto_the_nodes_its_plan_freed(
 
     gang = [
         await eventually(
-            functools.partial(running, f"train-{i}"), 180, f"train-{i} running", cluster
+            functools.partial(cluster.running_pod, f"train-{i}"), 180, f"train-{i} running", cluster
         )
         for i in range(2)
     ]

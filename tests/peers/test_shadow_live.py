@@ -12,8 +12,6 @@ preempts, reports that it would have preempted nothing."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from nats.aio.client import Client
 
@@ -23,7 +21,12 @@ from gangpreempt.planning import shadow
 from tests.e2e.harness import Services, decisions
 from tests.peers.conftest import SHADOW_USER
 from tests.peers.control_plane import ControlPlane
-from tests.peers.test_handoff_live import KUEUE_API, eventually, running_cluster
+from tests.peers.test_handoff_live import (
+    KUEUE_API,
+    eventually,
+    running_cluster,
+    start_services,
+)
 
 pytestmark = [pytest.mark.peers, pytest.mark.timeout(300)]
 
@@ -34,27 +37,17 @@ async def test_shadow_mode_reports_a_kueue_preemption_it_would_not_make_and_only
     control_plane: ControlPlane, services: Services, nc: Client, topology: Topology
 ) -> None:
     async with running_cluster(control_plane, managed=False) as cluster:
-        services.start(
-            extra={
-                "GANGPREEMPT_SOURCE": "kubernetes",
-                "GANGPREEMPT_SINK": "kubernetes",
-                "GANGPREEMPT_KUBECONFIG": str(control_plane.kubeconfig_for(SHADOW_USER)),
-                "GANGPREEMPT_MODE": "shadow",
-                "GANGPREEMPT_SHADOW_SETTLE": "1",
-                "GANGPREEMPT_RELIST_INTERVAL": "60",
-            }
+        start_services(
+            services,
+            control_plane.kubeconfig_for(SHADOW_USER),
+            mode="shadow",
+            GANGPREEMPT_SHADOW_SETTLE="1",
         )
-        services.wait_started()
         await cluster.job("low", "low")
         await cluster.job("mid", "mid")
 
-        async def running(job: str) -> dict[str, Any] | None:
-            pod = await cluster.pod_of(job)
-            ok = pod is not None and (pod.get("status") or {}).get("phase") == "Running"
-            return pod if ok else None
-
-        await eventually(lambda: running("low"), 120, "low running", cluster)
-        await eventually(lambda: running("mid"), 120, "mid running", cluster)
+        await eventually(lambda: cluster.running("low"), 120, "low running", cluster)
+        await eventually(lambda: cluster.running("mid"), 120, "mid running", cluster)
 
         await cluster.job("train", "high", node_selector={"gpu": "h100"})
 
