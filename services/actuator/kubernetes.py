@@ -10,6 +10,7 @@ An Event on each victim and one on the preemptor name the plan.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 
 from gangpreempt import events
@@ -54,6 +55,9 @@ class KubeSink:
         self.replica = replica
         self.kueue_version = kueue_version
         self.fenced = fenced  # true once this actuator lost its lease: write nothing more
+        # set when the service stops: the checks' and gates' writes, which the next
+        # holder decides again, are then not retried (the evictions finish their plan)
+        self.stop: asyncio.Event | None = None
         self.recorder = Recorder(api)
         self.pods = PodEvictor(api, self.recorder, pod_eviction, fenced)
 
@@ -165,6 +169,7 @@ class KubeSink:
             return await retrying(
                 ev.workload,
                 lambda: set_check(self.api, self.kueue_version, self.recorder, ev),
+                stop=self.stop,
             )
         except Stale as exc:
             return f"stale: {exc}"
@@ -179,7 +184,9 @@ class KubeSink:
         if not mine or self.fenced():
             return []
         return await retrying(
-            "AdmissionChecks", lambda: mark_active(self.api, self.kueue_version, mine)
+            "AdmissionChecks",
+            lambda: mark_active(self.api, self.kueue_version, mine),
+            stop=self.stop,
         )
 
     async def lift_gate(self, key: str, host: str | None, why: str) -> str:
@@ -191,6 +198,7 @@ class KubeSink:
             return await retrying(
                 f"Pod/{key}",
                 lambda: lift_gate(self.api, self.pods, self.recorder, key, host, why),
+                stop=self.stop,
             )
         except ApiError as exc:
             return f"Pod/{key}: {exc}"

@@ -174,9 +174,11 @@ class Actuator:
             return
         async with KubeApi.connect(self.ctx.settings, "actuator") as api:
             api.before_write = self.fence
-            self.sink = await KubeSink.create(
+            sink = await KubeSink.create(
                 api, self.replica, self.ctx.settings.pod_eviction, self.lease_invalid
             )
+            sink.stop = self.ctx.stop
+            self.sink = sink
             await self._run()
 
     def lease_invalid(self) -> bool:

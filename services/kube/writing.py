@@ -17,6 +17,7 @@ from opentelemetry.trace import Span
 
 from gangpreempt.errors import Transient
 from gangpreempt.telemetry import tracer
+from gangpreempt.waiting import sleep_or_stop
 from services.kube.client import JSON, ApiError
 
 log = structlog.get_logger("gangpreempt.actuator")
@@ -37,20 +38,26 @@ async def retrying(
     attempt: Callable[[], Awaitable[T]],
     retry_for: float = RETRY_FOR,
     deadline: float | None = None,
+    stop: asyncio.Event | None = None,
 ) -> T:
     """``attempt()`` (which re-reads before it writes) until it succeeds, a non-retriable
     error, or 409 / 429 / 5xx / connection errors past ``deadline`` (a ``time.monotonic``
-    instant; by default ``retry_for`` seconds from now)."""
+    instant; by default ``retry_for`` seconds from now), or once ``stop`` is set (the
+    service is stopping: a write that can be decided again later is not retried)."""
     if deadline is None:
         deadline = time.monotonic() + retry_for
     with tracer().start_as_current_span(
         "kubernetes write", attributes={"gangpreempt.object": what}
     ) as span:
-        return await _retrying(what, attempt, deadline, span)
+        return await _retrying(what, attempt, deadline, span, stop)
 
 
 async def _retrying(
-    what: str, attempt: Callable[[], Awaitable[T]], deadline: float, span: Span
+    what: str,
+    attempt: Callable[[], Awaitable[T]],
+    deadline: float,
+    span: Span,
+    stop: asyncio.Event | None = None,
 ) -> T:
     tries = 0
     while True:
@@ -58,11 +65,11 @@ async def _retrying(
         try:
             return await attempt()
         except ApiError as exc:
-            if not exc.retriable or time.monotonic() >= deadline:
+            if not exc.retriable or time.monotonic() >= deadline or _stopping(stop):
                 raise
             delay, error = exc.retry_after, str(exc)
         except Transient as exc:
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or _stopping(stop):
                 raise
             delay, error = None, str(exc)
         tries += 1
@@ -70,7 +77,14 @@ async def _retrying(
             delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (tries - 1))
         delay = min(delay, max(0.0, deadline - time.monotonic()))
         log.info("retrying", what=what, error=error, attempt=tries, delay=round(delay, 2))
-        await asyncio.sleep(delay)
+        if stop is None:
+            await asyncio.sleep(delay)
+        else:
+            await sleep_or_stop(stop, delay)
+
+
+def _stopping(stop: asyncio.Event | None) -> bool:
+    return stop is not None and stop.is_set()
 
 
 def preconditions(obj: JSON) -> dict[str, str]:

@@ -94,6 +94,7 @@ class Services:
                 codes[name] = p.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()  # reaped: no process is left behind
                 codes[name] = None
         return codes
 

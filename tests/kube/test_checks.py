@@ -5,6 +5,7 @@ no longer applies, and gangpreempt's AdmissionChecks marked Active."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -188,3 +189,20 @@ async def test_gangpreempts_admission_checks_are_marked_active(
     assert not other.get("status", {}).get("conditions")
     replica.refresh()
     assert await s.activate() == []  # active already: nothing more is written
+
+
+async def test_a_stopping_actuator_does_not_retry_a_check_it_can_decide_again(
+    apiserver: ApiServer, sink: tuple[KubeSink, Replica]
+) -> None:
+    """Found in a fresh-clone run: the API server went away, SIGTERM came, and the
+    actuator kept retrying the check's write for a minute, past any grace period. Once
+    the service stops, a write the next holder decides again fails at once."""
+    s, _ = sink
+    apiserver.put(reserved("big"))
+    uid = uid_of(apiserver, GROUP, "workloads", "team-a", "big")
+    apiserver.fail("PATCH", "/workloads/big/status", 503, count=100)
+    s.stop = asyncio.Event()
+    s.stop.set()
+    outcome = await s.set_check(decided(uid))
+    assert "503" in outcome  # not written, and said why
+    assert len([r for r in apiserver.requests if r[0] == "PATCH"]) == 1  # not retried
