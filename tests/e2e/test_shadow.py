@@ -6,6 +6,9 @@ would have done, and makes no write to the API server."""
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +145,29 @@ async def test_kueue_and_scheduler_preemptions_are_compared_and_nothing_is_writt
     # what gangpreempt would have done, on the state before: the free node-0
     assert s.victims == ()
     assert "split PodGroup/default/g" in s.message
+
+    # what an operator reads: the recorded comparisons, over NATS
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gangpreempt.cli",
+            "explain",
+            "--shadow",
+            "--nats-url",
+            services.nats_url,
+            "--prefix",
+            topology.prefix,
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    verdicts = {c["peer"]: c["verdict"] for c in json.loads(shown.stdout)["comparisons"]}
+    assert verdicts == {shadow.KUEUE: shadow.SAME, shadow.SCHEDULER: shadow.PARTIAL_GANG}
 
     # shadow mode wrote nothing: every call the services made was a read
     assert apiserver.calls, "the services read the cluster"
