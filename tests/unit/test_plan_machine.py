@@ -141,6 +141,9 @@ class PlanMachine(RuleBasedStateMachine):
         self.inbox: list[events.PlanProposed] = []  # quota's unacknowledged proposals
         # each quota instance's memory: preemptor -> plan
         self.flights: dict[str, dict[str, str]] = {q: {} for q in QUOTAS}
+        # each quota instance's holds of the confirmations it decided whose write has not
+        # landed yet (the service takes the holds before it awaits the write)
+        self.confirming: dict[str, dict[str, set[str]]] = {q: {} for q in QUOTAS}
         self.quota_tokens: dict[str, int] = {q: 0 for q in QUOTAS}
         self.quota_lease = 0  # the token of whoever holds quota's lease now
         self.writes: list[Write] = []  # quota writes on their way
@@ -167,6 +170,7 @@ class PlanMachine(RuleBasedStateMachine):
             if rec.state in r.IN_FLIGHT and (current is None or r.supersedes(rec, current)):
                 flights[rec.flight] = rec
         self.flights[q] = {key: rec.plan_id for key, rec in flights.items()}
+        self.confirming[q] = {}
 
     def send(self, write: Write, now: bool) -> None:
         """A write decided by the holder: stored now, or later (paused before it)."""
@@ -183,6 +187,8 @@ class PlanMachine(RuleBasedStateMachine):
                 self.store.put(w.rec, w.revision)
         except Conflict:
             pass  # a compare-and-set that lost: the holder decides again from a read
+        if w.rec.state == r.CONFIRMED:  # stored, or lost: the record says which now
+            self.confirming[w.quota].pop(w.rec.plan_id, None)
 
     @precondition(lambda self: bool(self.writes))
     @rule(data=st.data())
@@ -255,8 +261,9 @@ class PlanMachine(RuleBasedStateMachine):
         )
 
     def claimed(self, q: str, but: str) -> set[str]:
-        """The victims of the plans ``q`` holds (confirmed, actuating, actuated)."""
-        return {
+        """The victims of the plans ``q`` holds (confirmed, actuating, actuated), and of
+        those it decided to confirm whose write is on its way."""
+        held = {
             v.object
             for plan_id in self.flights[q].values()
             if plan_id != but
@@ -265,6 +272,10 @@ class PlanMachine(RuleBasedStateMachine):
             and found[0].proposal is not None
             for v in found[0].proposal.victims
         }
+        for plan_id, victims in self.confirming[q].items():
+            if plan_id != but and plan_id in self.flights[q].values():
+                held |= victims
+        return held
 
     @precondition(lambda self: bool(self.inbox))
     @rule(data=st.data(), ack_lost=st.booleans(), duplicate=st.booleans(), now=st.booleans())
@@ -299,6 +310,8 @@ class PlanMachine(RuleBasedStateMachine):
         )
         if not ok and self.flights[q].get(rec.flight) == rec.plan_id:
             del self.flights[q][rec.flight]
+        if ok:  # the holds first, then the write (services.quota.confirming.decide)
+            self.confirming[q][rec.plan_id] = {v.object for v in p.victims}
         self.send(Write(moved, revision, q), now)
 
     @precondition(lambda self: bool(self.in_state(r.REQUESTED, r.ACTUATED)))
@@ -319,7 +332,12 @@ class PlanMachine(RuleBasedStateMachine):
 
     @rule(quota=st.sampled_from(QUOTAS))
     def quota_restarts(self, quota: str) -> None:
-        self.rebuild(quota)
+        """A process restart: all it held in memory is lost. The holder takes its lease
+        again, under a new token (its writes still on their way are then refused)."""
+        if self.holder() == quota:
+            self.quota_lease_taken(quota)
+        else:
+            self.rebuild(quota)
 
     @rule()
     def quota_learns_the_records(self) -> None:
@@ -577,3 +595,24 @@ def test_a_late_request_of_an_older_holder_never_takes_a_confirmed_plans_place(
     m.quota_confirms(Draws(0), ack_lost=False, duplicate=False, now=True)
     assert m.store.records[late][0].state == r.EXPIRED  # by the takeover: never confirmed
     m.a_preemptor_has_one_plan_in_flight()
+
+
+def test_a_holder_never_promises_a_victim_it_is_confirming_for_another_plan() -> None:
+    """Found by the state machine: one holder confirmed two plans sharing a victim, the
+    first confirmation's write still on its way when the second was decided. The service
+    takes a confirmation's holds before it awaits the write; so does the model now."""
+    m = PlanMachine()
+    m.quota_lease_taken("q1")
+    m.quota_requests("Workload/ns/a", now=True)
+    m.quota_requests("Workload/ns/b", now=True)
+    first = events.stable_id("plan", "req-1")
+    second = events.stable_id("plan", "req-2")
+    m.victims_propose(Draws(first), victims=["Workload/ns/v1"])
+    m.victims_propose(Draws(second), victims=["Workload/ns/v1"])
+    m.quota_confirms(Draws(0), ack_lost=False, duplicate=False, now=False)  # on its way
+    m.quota_confirms(Draws(0), ack_lost=False, duplicate=False, now=False)
+    m.a_quota_write_lands(Draws(0))
+    m.a_quota_write_lands(Draws(0))
+    assert m.store.records[first][0].state == r.CONFIRMED
+    assert m.store.records[second][0].state == r.REJECTED
+    m.no_victim_is_promised_to_two_plans()
