@@ -5,14 +5,45 @@ first); a missing binary is an error, never a skip."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e.conftest import scenario_dir, services
 from tests.peers.control_plane import ControlPlane, default_cache_dir
 
-__all__ = ["SHADOW_USER", "control_plane", "scenario_dir", "services"]
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
+
+__all__ = ["SERVICE_USERS", "SHADOW_USER", "control_plane", "scenario_dir", "services"]
 SHADOW_USER = "gangpreempt-shadow"
+# The identities deploy/k8s gives the services that call the API server (its
+# ServiceAccounts, as the API server names them), bound to deploy/k8s's own RBAC.
+SERVICE_USERS = {
+    service: f"system:serviceaccount:gangpreempt:gangpreempt-{service}"
+    for service in ("ingest", "actuator")
+}
+SERVICE_GROUPS = ["system:serviceaccounts", "system:serviceaccounts:gangpreempt"]
+
+
+RBAC_KINDS = {
+    "ClusterRole": "clusterroles",
+    "ClusterRoleBinding": "clusterrolebindings",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+}
+
+
+def deploy_rbac(plane: ControlPlane) -> None:
+    """deploy/k8s's roles and bindings of the services that call the API server."""
+    for service in SERVICE_USERS:
+        for doc in yaml.safe_load_all((DEPLOY / f"{service}.yaml").read_text()):
+            plural = RBAC_KINDS.get((doc or {}).get("kind", ""))
+            if plural is None:
+                continue
+            meta = doc["metadata"]
+            where = f"namespaces/{meta['namespace']}/" if "namespace" in meta else ""
+            plane.apply(doc, f"/apis/rbac.authorization.k8s.io/v1/{where}{plural}/{meta['name']}")
 
 
 @pytest.fixture(scope="session")
@@ -23,10 +54,15 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         work_dir=tmp_path_factory.mktemp("control-plane"),
         # the services' own identity in shadow mode: allowed everything, so that the
         # audit log, not RBAC, shows that they only read
-        users={"gangpreempt-test-user": [], SHADOW_USER: ["system:masters"]},
+        users={
+            "gangpreempt-test-user": [],
+            SHADOW_USER: ["system:masters"],
+            **{user: SERVICE_GROUPS for user in SERVICE_USERS.values()},
+        },
     )
     plane.start()
     try:
+        deploy_rbac(plane)
         yield plane
     finally:
         plane.stop()

@@ -28,7 +28,8 @@ import yaml
 from gangpreempt import events
 from gangpreempt.model.checks import GATE, PLANNED_NODES_ANNOTATION, WORKLOAD_LABEL
 from tests.e2e.harness import Services, decisions
-from tests.peers.control_plane import KUEUE, SCHEDULER, ControlPlane
+from tests.peers.conftest import SERVICE_USERS
+from tests.peers.control_plane import ADMIN, KUEUE, SCHEDULER, ControlPlane
 
 pytestmark = [pytest.mark.peers, pytest.mark.timeout(300)]
 
@@ -381,21 +382,30 @@ async def eventually(
         await asyncio.sleep(0.2)
 
 
-def start_services(services: Services, kubeconfig: Path, mode: str = "act", **env: str) -> None:
+def start_services(
+    services: Services, kubeconfig: Callable[[str], Path], mode: str = "act", **env: str
+) -> None:
     """The four services against the control plane, deciding for the managed queues and
-    the labelled namespaces only (the kustomize base's authority)."""
-    services.start(
-        extra={
+    the labelled namespaces only (the kustomize base's authority); ``kubeconfig`` gives
+    each service's own."""
+    for name in ("ingest", "quota", "victims", "actuator"):
+        extra = {
             "GANGPREEMPT_SOURCE": "kubernetes",
             "GANGPREEMPT_SINK": "kubernetes",
-            "GANGPREEMPT_KUBECONFIG": str(kubeconfig),
+            "GANGPREEMPT_KUBECONFIG": str(kubeconfig(name)),
             "GANGPREEMPT_AUTHORITY": "admission-check",
             "GANGPREEMPT_MODE": mode,
             "GANGPREEMPT_RELIST_INTERVAL": "60",
             **env,
         }
-    )
+        services.start_as(name, name, extra)
     services.wait_started()
+
+
+def deployed(plane: ControlPlane) -> Callable[[str], Path]:
+    """Each service under the identity and RBAC deploy/k8s gives it (quota and victims
+    make no call to the API server: the admin's, unused)."""
+    return lambda service: plane.kubeconfig_for(SERVICE_USERS.get(service, ADMIN))
 
 
 @pytest.fixture
@@ -431,7 +441,7 @@ async def running_cluster(control_plane: ControlPlane, managed: bool) -> AsyncIt
 async def test_the_newcomer_lands_where_its_victim_ran(
     control_plane: ControlPlane, cluster: Cluster, services: Services
 ) -> None:
-    start_services(services, control_plane.kubeconfig)
+    start_services(services, deployed(control_plane))
     await cluster.job("low", "low")
     await cluster.job("mid", "mid")
 
@@ -472,6 +482,22 @@ async def test_the_newcomer_lands_where_its_victim_ran(
         KUEUE, "update", "workloads", "status"
     )
     assert kueue_patches  # Kueue did its part: reservations, admissions
+    # ingest and the actuator ran under deploy/k8s's identities and RBAC: never refused
+    for service, user in SERVICE_USERS.items():
+        theirs = control_plane.audit_events(user)
+        assert theirs, f"{service} made no call as {user}"
+        refused = [
+            (e["verb"], e.get("requestURI"))
+            for e in theirs
+            if (e.get("responseStatus") or {}).get("code") == 403
+        ]
+        assert refused == [], f"{service} was refused: {refused}"
+    written = {
+        ((e.get("objectRef") or {}).get("resource"), (e.get("objectRef") or {}).get("subresource"))
+        for e in control_plane.audit_events(SERVICE_USERS["actuator"])
+        if e["verb"] == "patch"
+    }
+    assert ("workloads", "status") in written  # the check, as the actuator's own identity
 
 
 async def test_a_job_no_node_can_run_is_never_admitted_and_nothing_is_evicted(
@@ -480,7 +506,7 @@ async def test_a_job_no_node_can_run_is_never_admitted_and_nothing_is_evicted(
     """The quota is full and the newcomer asks for a node the cluster does not have:
     gangpreempt decides it (Pending, saying why), requests no preemption, and neither
     running Job is touched; Kueue, whose stanza says Never, does not admit it."""
-    start_services(services, control_plane.kubeconfig)
+    start_services(services, deployed(control_plane))
     await cluster.job("low", "low")
     await cluster.job("mid", "mid")
 
@@ -604,7 +630,7 @@ async def test_a_pod_gang_is_ungated_onto_the_nodes_its_plan_freed(
     lifts the gate, kube-scheduler binds them there; it never preempts for them and
     never binds them elsewhere."""
     await gang_namespace(cluster)
-    start_services(services, control_plane.kubeconfig)
+    start_services(services, deployed(control_plane))
     for i in range(2):
         await gang_pod(cluster, f"filler-{i}", "low")
 

@@ -39,7 +39,7 @@ async def test_shadow_mode_reports_a_kueue_preemption_it_would_not_make_and_only
     async with running_cluster(control_plane, managed=False) as cluster:
         start_services(
             services,
-            control_plane.kubeconfig_for(SHADOW_USER),
+            lambda _service: control_plane.kubeconfig_for(SHADOW_USER),
             mode="shadow",
             GANGPREEMPT_SHADOW_SETTLE="1",
         )
