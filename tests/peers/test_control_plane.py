@@ -3,8 +3,6 @@ created, Kueue admits a Workload, and the audit log shows who did what."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -12,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client, config
 
+from tests import waiting
 from tests.peers.control_plane import ADMIN, KUEUE, SCHEDULER, ControlPlane
 
 pytestmark = [pytest.mark.peers, pytest.mark.timeout(300)]
@@ -23,15 +22,7 @@ KUEUE_VERSION = "v1beta2"
 async def eventually(
     check: Callable[[], Awaitable[Any]], timeout: float = 60.0, what: str = ""
 ) -> Any:
-    """The first truthy result of ``check()``; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.1)
+    return await waiting.eventually(check, timeout, what)
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ import yaml
 
 from gangpreempt import events
 from gangpreempt.model.checks import GATE, PLANNED_NODES_ANNOTATION, WORKLOAD_LABEL
+from tests import waiting
 from tests.e2e.harness import Services, decisions
 from tests.peers.conftest import SERVICE_USERS
 from tests.peers.control_plane import ADMIN, KUEUE, SCHEDULER, ControlPlane
@@ -371,15 +372,10 @@ def _if_running(pod: dict[str, Any] | None) -> dict[str, Any] | None:
 async def eventually(
     check: Callable[[], Any], timeout: float, what: str, cluster: Cluster | None = None
 ) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            seen = await cluster.describe() if cluster is not None else ""
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{seen}")
-        await asyncio.sleep(0.2)
+    """``tests.waiting.eventually``, the cluster described when it times out."""
+    return await waiting.eventually(
+        check, timeout, what, cluster.describe if cluster is not None else None
+    )
 
 
 def start_services(

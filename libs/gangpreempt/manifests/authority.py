@@ -11,6 +11,7 @@ for it and says why (``ClusterQueue.conflict``), rather than race Kueue."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
 import msgspec
 
@@ -70,7 +71,10 @@ def join_checks(state: ClusterState, warnings: list[str]) -> None:
             )
     if not ours:
         return
-    placed = {p.kueue_workload for p in state.pods.values() if p.kueue_workload}
+    pods_of: dict[str, list[Pod]] = {}  # Kueue Workload -> its pods, one pass over them
+    for pod in state.pods.values():
+        if pod.kueue_workload:
+            pods_of.setdefault(pod.kueue_workload, []).append(pod)
     for key, wl in list(state.workloads.items()):
         queue = state.cluster_queue_of(wl)
         managing = queues[queue].managed_by if queue in queues else ""
@@ -78,28 +82,28 @@ def join_checks(state: ClusterState, warnings: list[str]) -> None:
             continue
         if wl.placement_check != managing:
             wl = state.workloads[key] = msgspec.structs.replace(wl, placement_check=managing)
-        if state.nodes and wl.is_pending and key not in placed:
+        if state.nodes and wl.is_pending and key not in pods_of:
             # Kueue creates its pods only once it admits: the gang is placed on the nodes
             # as the pods its pod sets describe, before the check may say Ready.
             synthesize_pods(state, wl.name, wl)
         elif state.nodes and wl.holds_quota and not wl.is_evicting:
-            hold_planned_nodes(state, wl)
+            hold_planned_nodes(state, wl, pods_of.get(key, ()))
 
 
-def hold_planned_nodes(state: ClusterState, wl: Workload) -> None:
+def hold_planned_nodes(state: ClusterState, wl: Workload, pods: Iterable[Pod]) -> None:
     """A Workload whose check said Ready holds its planned nodes until its pods are
     bound there: Kueue creates the pods only once it admits, and they wait gated until
     the actuator narrows them, so for a while the nodes look free. Each planned node not
     yet taken by one of its bound pods gets a placeholder pod on it (found against the
     real Kueue: a second Workload was placed on a node the first one's check had named,
-    and the first one's pod never ran)."""
+    and the first one's pod never ran). ``pods``: the workload's pods."""
     mine = wl.check(wl.placement_check)
     if mine is None or mine.state != READY or not mine.planned:
         return
     single = len(wl.pod_sets) == 1
     bound: dict[str, Counter[str]] = {}
-    for pod in state.pods.values():
-        if pod.kueue_workload == wl.key and pod.running and not pod.terminating:
+    for pod in pods:
+        if pod.running and not pod.terminating:
             pod_set = pod.labels.get(POD_SET_LABEL) or (wl.pod_sets[0].name if single else "")
             bound.setdefault(pod_set, Counter())[pod.node_name] += 1
     priority = state.priority_of(wl)

@@ -84,32 +84,19 @@ class Comparison(msgspec.Struct, frozen=True):
 # -- reading the peers' marks ---------------------------------------------------------------
 
 
-def _preempted(wl: Workload) -> Condition | None:
-    for c in wl.conditions:
-        if c.status == "True" and (
-            c.type == "Preempted" or (c.type == "Evicted" and c.reason == "Preempted")
-        ):
-            return c
-    return None
+def _is_mark(c: Condition) -> bool:
+    """One of the conditions Kueue sets on a workload it preempts."""
+    return c.type == "Preempted" or (c.type == "Evicted" and c.reason == "Preempted")
 
 
 def kueue_victim(wl: Workload) -> PeerVictim | None:
-    """The Kueue preemption ``wl`` is marked with, if any."""
-    cond = _preempted(wl)
-    if cond is None:
+    """The Kueue preemption ``wl`` is marked with, if any: the preemptor's UID from the
+    first mark whose message names one, the reason from ``Preempted`` when it is set."""
+    marks = [c for c in wl.conditions if c.status == "True" and _is_mark(c)]
+    if not marks:
         return None
-    reason = next(
-        (c.reason for c in wl.conditions if c.type == "Preempted" and c.status == "True"),
-        cond.reason,
-    )
-    found = _KUEUE_UID.search(cond.message) or next(
-        (
-            m
-            for c in wl.conditions
-            if c.status == "True" and (m := _KUEUE_UID.search(c.message)) is not None
-        ),
-        None,
-    )
+    reason = next((c.reason for c in marks if c.type == "Preempted"), marks[0].reason)
+    found = next((m for c in marks if (m := _KUEUE_UID.search(c.message)) is not None), None)
     uid = found.group(1) if found is not None and found.group(1) != "UNKNOWN" else ""
     return PeerVictim(KUEUE, wl.ref, preemptor_uid=uid, reason=reason)
 
@@ -226,11 +213,7 @@ def preemptor_objects(state: ClusterState, ref: str) -> dict[str, Workload | Pod
 def unmarked(obj: Workload | Pod) -> Workload | Pod:
     """``obj`` without the peer's preemption marks: as it was just before."""
     if isinstance(obj, Workload):
-        kept = tuple(
-            c
-            for c in obj.conditions
-            if not (c.type == "Preempted" or (c.type == "Evicted" and c.reason == "Preempted"))
-        )
+        kept = tuple(c for c in obj.conditions if not _is_mark(c))
         return msgspec.structs.replace(obj, conditions=kept)
     return msgspec.structs.replace(obj, disruption="", terminating=False)
 
