@@ -59,6 +59,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # The first Retry of gangpreempt's admission check asks Kueue to wait this long; it
     # doubles with Kueue's retryCount, up to 300 s.
     check_backoff: float = 10.0
+    # The room a Kueue preemptor's victims freed stays its own this many seconds at most,
+    # waiting for Kueue to reserve it (reservations Kueue makes for others there are sent
+    # back at once); then others may take it.
+    hold_timeout: float = 120.0
     # actuator: a pod gated by gangpreempt that nothing placed within this many seconds
     # is released unchanged (fail: open), or kept gated and reported (fail: closed).
     gate_timeout: float = 600.0
@@ -88,6 +92,7 @@ _POSITIVE = {
     "relist_interval",
     "record_retention",
     "check_backoff",
+    "hold_timeout",
     "gate_timeout",
     "shadow_settle",
 }

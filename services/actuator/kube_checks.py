@@ -2,11 +2,16 @@
 hand-off), and its AdmissionChecks marked ``Active``.
 
 A decision is written only while it still applies: the same Workload (uid), quota still
-reserved, the check on it and not ``Ready`` already (a Ready check is Kueue's to reset,
-on eviction). The entry is replaced in ``status.admissionChecks`` by a merge patch
-carrying the uid and the resourceVersion just read, so a write that raced another is
-read again and redone (``services.kube.writing``). ``Ready`` adds a ``podSetUpdates``
-label ``gangpreempt.io/workload`` on each pod set, and the annotation
+reserved (``QuotaReserved`` true), neither evicted nor finished (as Kueue's own check
+controllers, its provisioning one for example, leave such a Workload alone), the check
+on it and not ``Ready`` already (a Ready check is Kueue's to reset, on eviction). An
+evicted Workload keeps its reservation for a moment after Kueue reset its checks to
+Pending; a Retry written then would outlive the reservation, and Kueue never reserves
+a Workload whose check says Retry again: it would wait forever. The entry is replaced
+in ``status.admissionChecks`` by a merge patch carrying the uid and the resourceVersion
+just read, so a write that raced another is read again and redone
+(``services.kube.writing``). ``Ready`` adds a ``podSetUpdates`` label
+``gangpreempt.io/workload`` on each pod set, and the annotation
 ``gangpreempt.io/planned-nodes`` (the pod set's planned nodes): Kueue puts them on the
 pods it creates, by which they are gated at creation and later narrowed to their
 planned nodes (``planning.gating``)."""
@@ -56,6 +61,13 @@ def _entry(ev: events.CheckDecided, old: JSON, pod_sets: list[str], name: str) -
     return entry
 
 
+def _true(status: JSON, kind: str) -> bool:
+    return any(
+        isinstance(c, dict) and c.get("type") == kind and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
 async def set_check(
     api: KubeApi, version: str | None, recorder: Recorder, ev: events.CheckDecided
 ) -> str:
@@ -67,8 +79,11 @@ async def set_check(
         return "the workload is gone"
     check_uid(ev.workload, obj, ev.uid)
     status: dict[str, Any] = obj.get("status") or {}
-    if not status.get("admission"):
+    if not status.get("admission") or not _true(status, "QuotaReserved"):
         return "no quota is reserved for it any more"
+    for kind in ("Evicted", "Finished"):
+        if _true(status, kind):
+            return f"it is {kind.lower()}: Kueue resets its checks"
     checks = [c for c in status.get("admissionChecks") or [] if isinstance(c, dict)]
     at = next((i for i, c in enumerate(checks) if c.get("name") == ev.check), None)
     if at is None:  # Kueue adds the queue's checks right after it reserves

@@ -76,9 +76,11 @@ class Flights:
         self.failures: dict[str, Failure] = {}
         self.owed: list[Owed] = []
 
-    def holding(self) -> bool:
-        """Some flight holds room (confirmed or further) for its preemptor."""
-        return any(f.status != REQUESTED for f in self.by_preemptor.values())
+    def holders(self) -> list[str]:
+        """The preemptors (their refs) whose flight holds room (confirmed or further)."""
+        return sorted(
+            f.record.preemptor for f in self.by_preemptor.values() if f.status != REQUESTED
+        )
 
     # -- records ----------------------------------------------------------------------------
     def learn(self, rec: PlanRecord, failed_seq: int | None = None) -> None:

@@ -48,6 +48,7 @@ from gangpreempt.telemetry.tracing import continued_span, current_carrier, root_
 from services.livestate import LiveState, key_of
 from services.quota.confirming import Confirmer
 from services.quota.flights import ACTUATED, ADMITTING, REQUESTED, Flight, Flights
+from services.quota.freed import FreedRoom
 from services.quota.nodes import (
     NodeBook,
     admit_ready,
@@ -95,6 +96,7 @@ class Quota:
         self.traces: OrderedDict[str, dict[str, str]] = OrderedDict()  # preemptor -> trace
         self.flights = Flights(self.flight_changed, lambda: self.replica.seq)
         self.nodes = NodeBook()
+        self.freed = FreedRoom(ctx.settings.hold_timeout)
         self.book = RecordBook(ctx.nc, ctx.topology, 2 * ctx.settings.record_retention)
         self.book.on_change(self.record_changed)
         self.dirty = asyncio.Event()
@@ -143,6 +145,7 @@ class Quota:
             self.flight_changed(key, flight, None)
         self.flights.owed.clear()
         self.flights.failures.clear()
+        self.freed.clear()
         self.published.clear()  # a new term decides everything again
         self.retry_due = None
 
@@ -351,7 +354,9 @@ class Quota:
             elif flight.status == ACTUATED and self.victims_left(key, flight):
                 self.flights.end(key, "its victims are gone")
                 first.add(key)
-        return ready, frozenset(first)
+                if self.ctx.settings.authority == ADMISSION_CHECK:
+                    self.freed.keep(key)  # until Kueue reserves it and the check admits it
+        return ready, frozenset(first | self.freed.settle(state))
 
     def victims_left(self, key: str, flight: Flight) -> bool:
         """Every victim the flight's plan evicted (not one the sink refused) has left:
@@ -409,7 +414,7 @@ class Quota:
         authority = self.ctx.settings.authority
         # Room went to a workload decided before in this pass, or is held for a plan: a
         # reservation that does not fit must go at once, not after a backoff.
-        taken = self.flights.holding()
+        taken = self.flights.holders() + self.freed.refs(state)
         for d in decisions:
             key = key_of(d.preemptor)
             wl = state.workloads[key]
@@ -421,10 +426,11 @@ class Quota:
                 )
                 if self.fresh(key, ("Check", wl.resource_version, check.state, check.message)):
                     outbox.append(check)
-                taken = taken or d.outcome == "Admit"
+                if d.outcome == "Admit":
+                    taken.append(d.preemptor)
                 continue
             if d.outcome == "Admit":
-                taken = True
+                taken.append(d.preemptor)
                 if authority == ADMISSION_CHECK and wl.admission is None:
                     continue  # Kueue reserves its quota; then the check is decided
                 if self.fresh(key, ("Admit", wl.resource_version)):

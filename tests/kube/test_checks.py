@@ -127,6 +127,9 @@ async def test_retry_asks_kueue_to_wait_and_is_not_written_twice(
     ("change", "says"),
     [
         ("released", "no quota is reserved"),
+        ("unreserved", "no quota is reserved"),
+        ("evicted", "it is evicted"),
+        ("finished", "it is finished"),
         ("replaced", "stale"),
         ("deleted", "gone"),
     ],
@@ -141,6 +144,19 @@ async def test_a_decision_that_no_longer_applies_writes_nothing(
         wl = apiserver.get(GROUP, "workloads", "team-a", "big")
         assert wl is not None
         del wl["status"]["admission"]
+    elif change in ("unreserved", "evicted", "finished"):
+        # Kueue evicted it (reset its checks, its reservation not released yet), or
+        # says it no longer holds a reservation, or it finished: a Retry written now
+        # would outlive the reservation, and Kueue never reserves it again.
+        wl = apiserver.get(GROUP, "workloads", "team-a", "big")
+        assert wl is not None
+        kind, status = {
+            "unreserved": ("QuotaReserved", "False"),
+            "evicted": ("Evicted", "True"),
+            "finished": ("Finished", "True"),
+        }[change]
+        conditions = [c for c in wl["status"]["conditions"] if c["type"] != kind]
+        wl["status"]["conditions"] = [*conditions, {"type": kind, "status": status}]
     elif change == "replaced":
         apiserver.delete_now(GROUP, "workloads", "team-a", "big")
         apiserver.put(reserved("big"))

@@ -19,14 +19,14 @@ from gangpreempt import events
 from gangpreempt.bus import Topology
 from gangpreempt.planning import shadow
 from tests.e2e.harness import Services, decisions
-from tests.peers.conftest import SHADOW_USER
-from tests.peers.control_plane import ControlPlane
-from tests.peers.test_handoff_live import (
+from tests.peers.cluster import (
     KUEUE_API,
     eventually,
     running_cluster,
     start_services,
 )
+from tests.peers.conftest import SHADOW_USER
+from tests.peers.control_plane import ControlPlane
 
 pytestmark = [pytest.mark.peers, pytest.mark.timeout(300)]
 

@@ -249,19 +249,24 @@ def test_a_bad_annotation_names_the_object_and_the_field(text: str, says: str) -
 
 
 @pytest.mark.parametrize(
-    ("check", "evicted", "awaits"),
+    ("check", "evicted", "admitted", "awaits"),
     [
-        (None, False, True),  # reserved, Kueue has not added the check yet
-        ("Pending", False, True),
-        ("Retry", False, True),
-        ("Ready", False, False),
-        ("Pending", True, False),  # being evicted: it holds its quota until it leaves
+        (None, False, False, True),  # reserved, Kueue has not added the check yet
+        ("Pending", False, False, True),
+        ("Retry", False, False, True),
+        ("Ready", False, False, False),
+        # evicted, its reservation not released yet: one that ran is leaving and holds
+        # its quota until it is gone; one never admitted is a reservation being undone
+        # (a check's Retry): it holds nothing real and stays gangpreempt's to decide
+        ("Pending", True, True, False),
+        ("Pending", True, False, True),
     ],
 )
 def test_a_reservation_counts_only_once_the_check_is_ready(
-    check: str | None, evicted: bool, awaits: bool
+    check: str | None, evicted: bool, admitted: bool, awaits: bool
 ) -> None:
-    state, _ = read([*queues(), workload("w", 4, 10, reserved=True, check=check, evicted=evicted)])
+    wl_obj = workload("w", 4, 10, reserved=True, admitted=admitted, check=check, evicted=evicted)
+    state, _ = read([*queues(), wl_obj])
     wl = state.workloads["ns/w"]
     assert wl.placement_check == "gangpreempt"
     assert wl.awaits_placement is awaits
@@ -330,8 +335,14 @@ def test_a_reservation_in_room_that_is_not_there_gets_retry_or_a_preemption() ->
     assert ev.requeue_after_s == 40  # 10 s doubled for each of Kueue's two retries
     # With room held for a plan, or taken by a workload decided before it, the reservation
     # must go at once: Kueue keeps a Retry reservation until its requeueAfterSeconds pass.
-    assert check_decided(state, d, wl, NOW, 10.0, held=True).requeue_after_s == 0
+    held = check_decided(state, d, wl, NOW, 10.0, held=["Workload/ns/big", wl.ref])
+    assert held.requeue_after_s == 0
     assert ev.message.startswith("gangpreempt: ")
+    assert "held" not in ev.message
+    # The message names whom room is held for (never the workload itself).
+    assert held.message.startswith(ev.message)
+    assert "room is held for Workload/ns/big " in held.message
+    assert wl.ref not in held.message
     d, _, _ = decision_for([*queues(policy={"withinClusterQueue": "LowerPriority"}), *base], "w")
     assert d.outcome == "Preempt"
     assert [v.object for v in d.victims] == ["Workload/ns/low"]

@@ -538,6 +538,8 @@ class _Reader:
         if spec.get("workloadRef") is not None or spec.get("schedulingGroup") is not None:
             return False
         labels, annotations = meta.get("labels"), meta.get("annotations")
+        if type(labels) not in (dict, type(None)) or type(annotations) not in (dict, type(None)):
+            return False  # the general path names the field that is wrong
         if (labels and _QUEUE_LABEL in labels) or (annotations and _QUEUE_LABEL in annotations):
             return False  # Kueue manages it: read by the general path
         pod = fast_pod(namespace, name, meta, spec, status)

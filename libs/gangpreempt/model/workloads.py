@@ -121,10 +121,16 @@ class Workload(msgspec.Struct, frozen=True):
         """Kueue reserved quota for it, and gangpreempt's admission check is not Ready
         yet: it is still gangpreempt's to decide, as if it were pending (Kueue admits
         it only once the check says its whole placement is confirmed)."""
-        if not self.placement_check or self.admission is None or self.is_evicting:
+        if not self.placement_check or self.admission is None:
             return False
         mine = self.check(self.placement_check)
-        return mine is None or mine.state != READY
+        if mine is not None and mine.state == READY:
+            return False
+        # Evicted with its reservation not released yet: a workload that ran is leaving
+        # (its usage counts until it is gone); one never admitted is a reservation being
+        # undone (a check's Retry, gangpreempt's or another's): it holds nothing real,
+        # and stays gangpreempt's to decide, as pending.
+        return not self.is_evicting or not self.condition_true(ADMITTED)
 
     @property
     def holds_quota(self) -> bool:

@@ -7,6 +7,7 @@ the plan goes through the saga, and a later cycle finds the workload fitting."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from gangpreempt import events
@@ -62,17 +63,29 @@ def ready_message(d: Decision) -> str:
     )
 
 
+def retry_message(d: Decision, held: Sequence[str]) -> str:
+    """Why the reservation goes: the decision's reason, and whom room is held for."""
+    if not held:
+        return f"gangpreempt: {d.message}"
+    shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+    return (
+        f"gangpreempt: {d.message}; room is held for {shown} (a plan in flight, or admitted "
+        "first): the reservation is released now and Kueue tries again"
+    )
+
+
 def check_decided(
     state: ClusterState,
     d: Decision,
     wl: Workload,
     now: datetime,
     base: float,
-    held: bool = False,
+    held: Sequence[str] = (),
 ) -> events.CheckDecided:
     """The check's state for the cycle's decision ``d`` on ``wl`` (which awaits it).
 
-    ``held``: room is held for plans in flight, so the reservation must go at once:
+    ``held``: the workloads room is held for (their plans in flight, or admitted before
+    ``wl`` in the same pass), named in a Retry's message; the reservation must go at once:
     Kueue (v0.17) keeps a Retry workload's reservation until its ``requeueAfterSeconds``
     have passed, then evicts it; a Retry without one is evicted at once. A workload that
     cannot be placed while nothing is held gets the backoff, so that Kueue does not
@@ -81,7 +94,7 @@ def check_decided(
     mine = wl.check(wl.placement_check)
     retries = mine.retry_count if mine is not None else 0
     verdict = READY if ready else RETRY
-    message = ready_message(d) if ready else f"gangpreempt: {d.message}"
+    message = ready_message(d) if ready else retry_message(d, [h for h in held if h != wl.ref])
     return events.CheckDecided(
         id=events.stable_id("check", wl.key, wl.uid, wl.resource_version, verdict, message),
         occurred_at=now,
@@ -104,4 +117,5 @@ __all__ = [
     "pod_set_nodes",
     "pod_set_of",
     "ready_message",
+    "retry_message",
 ]
