@@ -31,6 +31,7 @@ from gangpreempt.planning.authority import (
 )
 from gangpreempt.planning.checking import BACKOFF_MAX_S, backoff_s, check_decided
 from gangpreempt.planning.gating import planned_assignments
+from services.quota.freed import FreedRoom
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -418,3 +419,24 @@ def test_a_ready_workload_holds_its_planned_nodes_until_its_pods_are_bound() -> 
     gated_pod["status"] = {"phase": "Running"}
     state, _ = read([*queues(nominal="16"), node, other, low, gated_pod])
     assert not [p for p in state.pods.values() if p.labels.get(PLACEHOLDER_LABEL)]
+
+
+# -- the room a preemptor's victims freed ------------------------------------------------------
+
+
+def test_the_freed_room_is_kept_until_kueue_admits_the_preemptor_or_the_bound() -> None:
+    clock = [0.0]
+    room = FreedRoom(timeout=60.0, clock=lambda: clock[0])
+    pending = read([*queues(), workload("w", 4, 10), workload("v", 4, 10)])[0]
+    room.keep("ns/w")
+    room.keep("ns/v")
+    assert room.settle(pending) == {"ns/w", "ns/v"}
+    assert room.refs(pending) == ["Workload/ns/v", "Workload/ns/w"]
+    # Kueue reserved w and the check is not Ready yet: still pending, still its room
+    reserved = read([*queues(), workload("w", 4, 10, reserved=True, check="Pending")])[0]
+    assert room.settle(reserved) == {"ns/w"}  # v is gone: forgotten
+    admitted = read([*queues(), workload("w", 4, 10, admitted=True, check="Ready")])[0]
+    assert room.settle(admitted) == frozenset()
+    room.keep("ns/w")
+    clock[0] = 60.5  # Kueue never reserved it within the bound: others may take it
+    assert room.settle(pending) == frozenset()
