@@ -6,6 +6,7 @@ reset to Pending. Kueue's job reconciler then stops the job and releases the quo
 
 from __future__ import annotations
 
+from gangpreempt.model.checks import GANGPREEMPT_MARK
 from gangpreempt.model.cluster import ClusterState
 from services import simwire
 from services.kube.access import KUEUE_WORKLOAD_STATUS, KUEUE_WORKLOADS
@@ -95,7 +96,7 @@ async def evict_workload(
     rule = f" ({request.why})" if request.why else ""
     message = (
         f"Preempted to accommodate a workload (UID: {preemptor.uid if preemptor else ''}) "
-        f"due to {because}{rule}; gangpreempt plan {request.plan_id}"
+        f"due to {because}{rule}; {GANGPREEMPT_MARK}{request.plan_id}"
     )
     meta = obj.get("metadata") or {}
     kept = [c for c in conditions if c.get("type") not in ("Evicted", "Preempted")]

@@ -18,12 +18,17 @@ import yaml
 
 from tests import waiting
 from tests.e2e.harness import Services
-from tests.peers.conftest import SERVICE_USERS
 from tests.peers.control_plane import ADMIN, ControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
 GPU = "nvidia.com/gpu"
+# The identities deploy/k8s gives the services that call the API server (its
+# ServiceAccounts, as the API server names them), bound to deploy/k8s's own RBAC.
+SERVICE_USERS = {
+    service: f"system:serviceaccount:gangpreempt:gangpreempt-{service}"
+    for service in ("ingest", "actuator")
+}
 
 
 def now() -> str:

@@ -4,25 +4,27 @@ first); a missing binary is an error, never a skip."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.e2e.conftest import scenario_dir, services
+from tests.peers.cluster import SERVICE_USERS, Cluster, running_cluster
 from tests.peers.control_plane import ControlPlane, default_cache_dir
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 
-__all__ = ["SERVICE_USERS", "SHADOW_USER", "control_plane", "scenario_dir", "services"]
+__all__ = [
+    "SERVICE_USERS",
+    "SHADOW_USER",
+    "cluster",
+    "control_plane",
+    "scenario_dir",
+    "services",
+]
 SHADOW_USER = "gangpreempt-shadow"
-# The identities deploy/k8s gives the services that call the API server (its
-# ServiceAccounts, as the API server names them), bound to deploy/k8s's own RBAC.
-SERVICE_USERS = {
-    service: f"system:serviceaccount:gangpreempt:gangpreempt-{service}"
-    for service in ("ingest", "actuator")
-}
 SERVICE_GROUPS = ["system:serviceaccounts", "system:serviceaccounts:gangpreempt"]
 
 
@@ -66,3 +68,10 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         yield plane
     finally:
         plane.stop()
+
+
+@pytest.fixture
+async def cluster(control_plane: ControlPlane) -> AsyncIterator[Cluster]:
+    """A cluster of its own on the session's control plane, its queues managed."""
+    async with running_cluster(control_plane, managed=True) as c:
+        yield c

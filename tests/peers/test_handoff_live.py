@@ -13,7 +13,6 @@ the API server, narrowed there and ungated, and kube-scheduler binds it there.""
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -27,19 +26,12 @@ from tests.peers.cluster import (
     Cluster,
     deployed,
     eventually,
-    running_cluster,
     start_services,
 )
 from tests.peers.conftest import SERVICE_USERS
 from tests.peers.control_plane import KUEUE, SCHEDULER, ControlPlane
 
 pytestmark = [pytest.mark.peers, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-async def cluster(control_plane: ControlPlane) -> AsyncIterator[Cluster]:
-    async with running_cluster(control_plane, managed=True) as c:
-        yield c
 
 
 async def test_the_newcomer_lands_where_its_victim_ran(

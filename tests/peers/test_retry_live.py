@@ -16,7 +16,6 @@ when it completes, the borrower is admitted and runs."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -31,18 +30,11 @@ from tests.peers.cluster import (
     Cluster,
     deployed,
     eventually,
-    running_cluster,
     start_services,
 )
 from tests.peers.control_plane import KUEUE, ControlPlane
 
 pytestmark = [pytest.mark.peers, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-async def cluster(control_plane: ControlPlane) -> AsyncIterator[Cluster]:
-    async with running_cluster(control_plane, managed=True) as c:
-        yield c
 
 
 async def workload_of(cluster: Cluster, job: str) -> dict[str, Any] | None:

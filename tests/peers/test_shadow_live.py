@@ -64,7 +64,11 @@ async def test_shadow_mode_reports_a_kueue_preemption_it_would_not_make_and_only
 
         async def comparison() -> events.ShadowCompared | None:
             for e in await decisions(nc, topology):
-                if isinstance(e, events.ShadowCompared) and e.peer == shadow.KUEUE:
+                if (
+                    isinstance(e, events.ShadowCompared)
+                    and e.peer == shadow.KUEUE
+                    and e.preemptor.startswith(f"Workload/{cluster.ns}/")
+                ):
                     return e
             return None
 

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from gangpreempt import events
 from gangpreempt.cli.main import cli
 from gangpreempt.manifests import load
+from gangpreempt.model.checks import GANGPREEMPT_MARK
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning import shadow as sh
 from services.quota.shadowing import Shadow
@@ -463,3 +464,16 @@ def test_what_was_handed_over_in_shadow_mode_is_named() -> None:
     found = sh.handed_over(state_of([check, *managed, namespace]))
     assert [f.split(" ")[:2] for f in found] == [["ClusterQueue", "cq"], ["Namespace", "ml"]]
     assert sh.handed_over(state_of(queues("8"))) == []
+
+
+def test_gangpreempts_own_preemption_marks_are_not_a_peers() -> None:
+    """A Workload gangpreempt's actuator evicted carries the same conditions Kueue sets,
+    its message naming the plan: shadow mode never counts it as Kueue's."""
+    mine = workload("low", 4, 1, preempted_for="uid-p")
+    for c in mine["status"]["conditions"]:
+        if c["type"] in ("Evicted", "Preempted"):
+            c["message"] += f"; {GANGPREEMPT_MARK}plan-1"
+    state = state_of([*queues("8"), mine, workload("p", 4, 9, admitted=False)])
+    assert sh.marked(state) == []
+    theirs = state_of([*queues("8"), workload("low", 4, 1, preempted_for="uid-p")])
+    assert [v.victim for v in sh.marked(theirs)] == ["Workload/ns/low"]

@@ -35,6 +35,9 @@ POD_SET_LABEL = "kueue.x-k8s.io/podset"  # Kueue's label on a pod set's pods
 # On a managed Kueue Workload's pods (from the check's podSetUpdates): the nodes planned
 # for their pod set, comma-separated, one per pod.
 PLANNED_NODES_ANNOTATION = "gangpreempt.io/planned-nodes"
+# How the message of a preemption mark gangpreempt's actuator writes names its plan
+# (``<mark><plan id>``): shadow mode tells gangpreempt's marks from the peers' by it.
+GANGPREEMPT_MARK = "gangpreempt plan "
 
 PENDING = "Pending"
 READY = "Ready"
@@ -69,6 +72,7 @@ __all__ = [
     "ACTIVE",
     "CHECK_STATES",
     "CONTROLLER_NAME",
+    "GANGPREEMPT_MARK",
     "GATE",
     "PENDING",
     "PLACEHOLDER_LABEL",

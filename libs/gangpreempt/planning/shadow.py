@@ -36,6 +36,7 @@ import msgspec
 
 from gangpreempt.errors import InvalidInput
 from gangpreempt.manifests.deriving import synthesize_pods
+from gangpreempt.model.checks import GANGPREEMPT_MARK
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod
 from gangpreempt.model.workloads import Condition, Workload
@@ -93,8 +94,8 @@ def kueue_victim(wl: Workload) -> PeerVictim | None:
     """The Kueue preemption ``wl`` is marked with, if any: the preemptor's UID from the
     first mark whose message names one, the reason from ``Preempted`` when it is set."""
     marks = [c for c in wl.conditions if c.status == "True" and _is_mark(c)]
-    if not marks:
-        return None
+    if not marks or any(GANGPREEMPT_MARK in c.message for c in marks):
+        return None  # none, or gangpreempt's own (its actuator names its plan)
     reason = next((c.reason for c in marks if c.type == "Preempted"), marks[0].reason)
     found = next((m for c in marks if (m := _KUEUE_UID.search(c.message)) is not None), None)
     uid = found.group(1) if found is not None and found.group(1) != "UNKNOWN" else ""
