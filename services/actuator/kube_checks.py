@@ -18,12 +18,14 @@ planned nodes (``planning.gating``)."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from gangpreempt import events
 from gangpreempt.errors import Transient
 from gangpreempt.model.checks import (
     ACTIVE,
+    PENDING,
     PLANNED_NODES_ANNOTATION,
     READY,
     RETRY,
@@ -39,6 +41,7 @@ MESSAGE_MAX = 32768  # Kueue's limit on a check's message
 
 WRITTEN = "written"
 UNCHANGED = "unchanged"
+EVICTED = "evicted"  # a Retry's reservation released without waiting out its time
 
 
 def _entry(ev: events.CheckDecided, old: JSON, pod_sets: list[str], name: str) -> JSON:
@@ -68,6 +71,54 @@ def _true(status: JSON, kind: str) -> bool:
     )
 
 
+def sent_back(
+    ev: events.CheckDecided, status: JSON, checks: list[JSON], at: int, generation: object
+) -> JSON:
+    """The status patch that evicts a Workload whose check says ``Retry`` once Kueue has
+    set when to requeue it: what Kueue does when that time has passed, done now.
+
+    Kueue v0.17 keeps a ``Retry`` workload's reservation until its
+    ``requeueAfterSeconds`` have passed, then evicts it and requeues it at once; without
+    a time it evicts and requeues it at once. So a ``Retry`` either holds the room it was
+    sent back from, or has Kueue reserve the workload again at once (seen in
+    ``tests/peers``: two or more such workloads taking turns starved a gang). Kueue
+    delays the requeue while ``requeueState.requeueAt`` (set by Kueue from the check,
+    owned by Kueue) is ahead when the Workload goes back to pending; so, once it is set,
+    the actuator evicts as Kueue would: ``Evicted`` (reason ``AdmissionCheck``) and the
+    check reset to ``Pending``, its ``retryCount`` counted. Kueue's job reconciler then
+    stops the job and releases the reservation; Kueue requeues it at ``requeueAt``."""
+    old = checks[at]
+    checks[at] = {
+        **old,
+        "state": PENDING,
+        "message": f"Reset to Pending after eviction. Previously: Retry. {ev.message}"[
+            :MESSAGE_MAX
+        ],
+        "lastTransitionTime": now_rfc3339(),
+        "retryCount": int(old.get("retryCount") or 0) + 1,
+    }
+    conditions = [
+        c
+        for c in status.get("conditions") or []
+        if isinstance(c, dict) and c.get("type") != "Evicted"
+    ]
+    message = f"At least one admission check is false: {ev.message}"[:MESSAGE_MAX]
+    conditions.append(condition("Evicted", "AdmissionCheck", message, generation))
+    return {"conditions": conditions, "admissionChecks": checks}
+
+
+def requeue_at(status: JSON) -> datetime.datetime | None:
+    """Kueue's ``requeueState.requeueAt``, when it is set."""
+    state = status.get("requeueState")
+    text = state.get("requeueAt") if isinstance(state, dict) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 async def set_check(
     api: KubeApi, version: str | None, recorder: Recorder, ev: events.CheckDecided
 ) -> str:
@@ -91,26 +142,42 @@ async def set_check(
     old = checks[at]
     if old.get("state") == READY:
         return "the check is Ready already"
-    if old.get("state") == ev.state and old.get("message") == ev.message[:MESSAGE_MAX]:
-        return UNCHANGED
     spec = obj.get("spec") or {}
+    meta = obj.get("metadata") or {}
     pod_sets = [str(ps.get("name", "main")) for ps in spec.get("podSets") or []]
     namespace, _, name = key.partition("/")
-    checks[at] = _entry(ev, old, pod_sets, name)
+    written = old.get("state") == ev.state and old.get("message") == ev.message[:MESSAGE_MAX]
+    if written and (ev.state != RETRY or not ev.requeue_after_s):
+        return UNCHANGED  # (a Retry without a time: Kueue evicts and requeues it at once)
+    patch: JSON
+    if written:  # a Retry with a time: evict once Kueue has set when to requeue it
+        when = requeue_at(status)
+        if when is None:
+            raise Transient(f"{ev.workload}: sent back; Kueue has not set its requeue time")
+        if when <= datetime.datetime.now(datetime.UTC):
+            return UNCHANGED  # Kueue evicts it itself now
+        patch = sent_back(ev, status, checks, at, meta.get("generation"))
+    else:
+        checks[at] = _entry(ev, old, pod_sets, name)
+        patch = {"admissionChecks": checks}
     await api.request(
         "PATCH",
         KUEUE_WORKLOAD_STATUS,
         "patch",
         path_of(KUEUE_WORKLOAD_STATUS, version, namespace, name),
-        body={"metadata": preconditions(obj), "status": {"admissionChecks": checks}},
+        body={"metadata": preconditions(obj), "status": patch},
         content_type=MERGE_PATCH,
     )
-    meta = obj.get("metadata") or {}
+    if written:
+        return EVICTED
     involved = involved_object(
         str(obj.get("apiVersion", "")), "Workload", namespace, name, str(meta.get("uid", ""))
     )
     reason = "PlacementConfirmed" if ev.state == READY else "PlacementRetry"
     await recorder.record(involved, reason, ev.message, ev.id)
+    if ev.state == RETRY and ev.requeue_after_s:
+        # evicted at the next attempt, once Kueue has set the requeue time
+        raise Transient(f"{ev.workload}: sent back; waiting for Kueue's requeue time")
     return WRITTEN
 
 
@@ -150,4 +217,13 @@ async def mark_active(api: KubeApi, version: str | None, names: list[str]) -> li
     return written
 
 
-__all__ = ["UNCHANGED", "WORKLOAD_LABEL", "WRITTEN", "mark_active", "set_check"]
+__all__ = [
+    "EVICTED",
+    "UNCHANGED",
+    "WORKLOAD_LABEL",
+    "WRITTEN",
+    "mark_active",
+    "requeue_at",
+    "sent_back",
+    "set_check",
+]

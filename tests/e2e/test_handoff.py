@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,7 @@ class Kueue:
     def __init__(self, server: ApiServer) -> None:
         self.server = server
         self.retried: list[str] = []
+        self.due: dict[str, float] = {}  # workload -> when Kueue evicts its Retry
 
     def get(self, name: str) -> dict[str, Any] | None:
         return self.server.get(GROUP, "workloads", "default", name)
@@ -202,8 +204,26 @@ class Kueue:
                     self.server.delete_now("", "pods", "default", f"{name}-0")
                 self.release(wl, "Preempted")
             elif any(c.get("state") == "Retry" for c in status.get("admissionChecks") or []):
-                self.retried.append(name)
-                self.release(wl, "AdmissionCheck")
+                self.retry(wl, name)
+
+    def retry(self, wl: dict[str, Any], name: str) -> None:
+        """As Kueue v0.17 does for a Retry check: with ``requeueAfterSeconds``, it sets
+        ``requeueState.requeueAt`` and keeps the reservation until then; then (or at
+        once, without a time) it evicts it and releases the reservation."""
+        status = wl["status"]
+        after = max(c.get("requeueAfterSeconds") or 0 for c in status["admissionChecks"])
+        if name not in self.retried:
+            self.retried.append(name)
+        if after and not (status.get("requeueState") or {}).get("requeueAt"):
+            new = copy.deepcopy(wl)
+            at = time.time() + after
+            new["status"]["requeueState"] = {
+                "requeueAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+            }
+            self.server.put(new)
+            self.due[name] = at
+        elif time.time() >= self.due.get(name, 0.0):
+            self.release(wl, "AdmissionCheck")
 
     def reserve(self, name: str) -> None:
         wl = self.get(name)
@@ -393,9 +413,19 @@ async def test_a_competitor_that_takes_the_held_room_is_retried(
         await decisions(nc, topology), events.CheckDecided, workload="Workload/default/rival"
     )
     assert retry.state == "Retry"
-    assert retry.requeue_after_s == 0  # the room is held: the reservation goes at once
+    assert retry.requeue_after_s > 0  # Kueue waits that long before it reserves it again
     assert retry.message.startswith("gangpreempt: ")
-    assert not (kueue.get("rival") or {}).get("status", {}).get("admission")
+    # and the reservation goes at once, not after that time: the actuator evicts it as
+    # soon as Kueue has set its requeue time (the double would release it only then,
+    # without an Evicted condition)
+    await until(
+        lambda: not (kueue.get("rival") or {}).get("status", {}).get("admission"),
+        30,
+        "rival's reservation released",
+    )
+    rival = kueue.get("rival") or {}
+    evicted = [c for c in rival["status"]["conditions"] if c["type"] == "Evicted"]
+    assert [(c["status"], c["reason"]) for c in evicted] == [("True", "AdmissionCheck")]
     kueue.reserve("train")
     await until_check(kueue, "train", "Ready", "train's check Ready")
 

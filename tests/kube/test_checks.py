@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from gangpreempt import events
+from gangpreempt.errors import Transient
 from gangpreempt.model.checks import CONTROLLER_NAME
-from services.actuator.kube_checks import WORKLOAD_LABEL
+from services.actuator.kube_checks import WORKLOAD_LABEL, set_check
 from services.actuator.kubernetes import KubeSink
 from services.kube.access import ACCESS
 from tests.kube.apiserver import ApiServer
@@ -108,18 +109,64 @@ async def test_ready_is_written_with_a_label_for_each_pod_set(
     assert len([r for r in apiserver.requests if r[0] == "PATCH"]) == 1
 
 
-async def test_retry_asks_kueue_to_wait_and_is_not_written_twice(
+async def test_retry_asks_kueue_to_wait_and_the_reservation_goes_at_once(
+    apiserver: ApiServer, sink: tuple[KubeSink, Replica]
+) -> None:
+    """A Retry is written with its requeue time; once Kueue has set when to requeue the
+    Workload (``requeueState.requeueAt``), the actuator evicts it as Kueue would then
+    (Kueue v0.17 would keep the reservation until that time): the room is free at
+    once, and Kueue reserves the workload again only after the time."""
+    s, _ = sink
+    apiserver.put(reserved("big"))
+    uid = uid_of(apiserver, GROUP, "workloads", "team-a", "big")
+    retry = decided(uid, "Retry", requeue_after_s=40, message="quota held for plan p")
+
+    def attempt() -> Any:
+        return set_check(s.api, s.kueue_version, s.recorder, retry)
+
+    with pytest.raises(Transient, match="requeue time"):
+        await attempt()  # written; Kueue has not set the requeue time yet
+    mine = checks_of(apiserver)["gangpreempt"]
+    assert (mine["state"], mine["requeueAfterSeconds"]) == ("Retry", 40)
+    assert "podSetUpdates" not in mine
+    with pytest.raises(Transient, match="requeue time"):
+        await attempt()  # nothing written: still waiting for Kueue
+    assert len([r for r in apiserver.requests if r[0] == "PATCH"]) == 1
+
+    wl = apiserver.get(GROUP, "workloads", "team-a", "big")
+    assert wl is not None
+    later = datetime.now(UTC) + timedelta(seconds=40)
+    wl["status"]["requeueState"] = {"requeueAt": later.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    assert await attempt() == "evicted"
+    wl = apiserver.get(GROUP, "workloads", "team-a", "big")
+    assert wl is not None
+    evicted = [c for c in wl["status"]["conditions"] if c["type"] == "Evicted"]
+    assert [(c["status"], c["reason"]) for c in evicted] == [("True", "AdmissionCheck")]
+    mine = checks_of(apiserver)["gangpreempt"]
+    assert mine["state"] == "Pending"  # reset, as Kueue resets it when it evicts
+    assert mine["retryCount"] == 1
+    assert "quota held for plan p" in mine["message"]
+    # Kueue's own fields are left to Kueue: the requeue time, the reservation
+    assert wl["status"]["requeueState"]["requeueAt"] == later.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert wl["status"]["admission"]
+    # once evicted, nothing more is written
+    assert "evicted" in await attempt()
+    assert len([r for r in apiserver.requests if r[0] == "PATCH"]) == 2
+
+
+async def test_a_retry_whose_requeue_time_has_passed_is_left_to_kueue(
     apiserver: ApiServer, sink: tuple[KubeSink, Replica]
 ) -> None:
     s, _ = sink
     apiserver.put(reserved("big"))
     uid = uid_of(apiserver, GROUP, "workloads", "team-a", "big")
-    retry = decided(uid, "Retry", requeue_after_s=40, message="quota held for plan p")
-    assert await s.set_check(retry) == "written"
-    mine = checks_of(apiserver)["gangpreempt"]
-    assert (mine["state"], mine["requeueAfterSeconds"]) == ("Retry", 40)
-    assert "podSetUpdates" not in mine
-    assert await s.set_check(retry) == "unchanged"
+    retry = decided(uid, "Retry", requeue_after_s=40, message="no node")
+    with pytest.raises(Transient):
+        await set_check(s.api, s.kueue_version, s.recorder, retry)
+    wl = apiserver.get(GROUP, "workloads", "team-a", "big")
+    assert wl is not None
+    wl["status"]["requeueState"] = {"requeueAt": "2020-01-01T00:00:00Z"}
+    assert await set_check(s.api, s.kueue_version, s.recorder, retry) == "unchanged"
     assert len([r for r in apiserver.requests if r[0] == "PATCH"]) == 1
 
 

@@ -54,6 +54,7 @@ class Cluster:
         # Jobs that, when Kueue suspends them, finish instead (their pods were done with
         # their work within the grace period): their Workloads are not requeued.
         self.finishing: set[str] = set()
+        self.done: set[str] = set()  # Jobs the test finished
         self.errors: list[str] = []  # what the Job controller and kubelet were refused
 
     async def call(self, method: str, path: str, body: Any = None, **kw: Any) -> dict[str, Any]:
@@ -247,10 +248,18 @@ class Cluster:
             name = job["metadata"]["name"]
             mine = [p for p in pods if p["metadata"].get("labels", {}).get("job-name") == name]
             status = job.get("status") or {}
-            if any(
+            if name in self.done or any(
                 c.get("type") == "Complete" and c.get("status") == "True"
                 for c in status.get("conditions") or []
             ):
+                # Its pods ran to completion: gone (also one this loop made while the
+                # test finished the Job, which would otherwise be placed and run).
+                for pod in mine:
+                    await self.call(
+                        "DELETE",
+                        f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}",
+                        {"gracePeriodSeconds": 0},
+                    )
                 continue
             if job["spec"].get("suspend"):
                 if name in self.finishing:
@@ -260,7 +269,7 @@ class Cluster:
                 continue
             for _ in range(job["spec"]["parallelism"] - len(mine)):
                 await self.start_pod(job)
-            if len(mine) < job["spec"]["parallelism"]:
+            if len(mine) < job["spec"]["parallelism"] and name not in self.done:
                 active = {"active": job["spec"]["parallelism"], "startTime": now()}
                 await self.call(
                     "PATCH",
@@ -293,6 +302,8 @@ class Cluster:
     async def start_pod(self, job: dict[str, Any]) -> None:
         """As the Job controller: one more pod of ``job``, from its template."""
         name = job["metadata"]["name"]
+        if name in self.done:
+            return
         template = job["spec"]["template"]
         meta = template.get("metadata") or {}
         self.created[name] = self.created.get(name, 0) + 1
@@ -355,6 +366,7 @@ class Cluster:
     async def finish(self, name: str) -> None:
         """Job ``name`` has run to completion: its pods are gone and it says so (its
         Workload finishes and frees its quota)."""
+        self.done.add(name)  # before any await: the Job controller makes no pod for it now
         job = await self.call("GET", f"/apis/batch/v1/namespaces/{self.ns}/jobs/{name}")
         for pod in await self.pods():
             if pod["metadata"].get("labels", {}).get("job-name") == name:

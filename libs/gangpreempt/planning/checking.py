@@ -85,11 +85,12 @@ def check_decided(
     """The check's state for the cycle's decision ``d`` on ``wl`` (which awaits it).
 
     ``held``: the workloads room is held for (their plans in flight, or admitted before
-    ``wl`` in the same pass), named in a Retry's message; the reservation must go at once:
-    Kueue (v0.17) keeps a Retry workload's reservation until its ``requeueAfterSeconds``
-    have passed, then evicts it; a Retry without one is evicted at once. A workload that
-    cannot be placed while nothing is held gets the backoff, so that Kueue does not
-    reserve it again and again."""
+    ``wl`` in the same pass), named in a Retry's message. Kueue waits ``requeue_after_s``
+    before it reserves a sent-back workload again (the actuator releases the reservation
+    at once: ``services.actuator.kube_checks.sent_back``): ``base`` when room is held for
+    another, which frees within a plan's life; ``base`` doubled per Kueue's
+    ``retryCount`` for a workload that cannot be placed while nothing is held, so that
+    Kueue does not reserve it again and again."""
     ready = d.outcome == ADMIT
     mine = wl.check(wl.placement_check)
     retries = mine.retry_count if mine is not None else 0
@@ -104,7 +105,7 @@ def check_decided(
         check=wl.placement_check,
         state=verdict,
         message=message,
-        requeue_after_s=0 if ready or held else backoff_s(base, retries),
+        requeue_after_s=0 if ready else int(base) if held else backoff_s(base, retries),
         placement=dict(d.placement) if ready else {},
         pod_set_nodes=pod_set_nodes(state, wl, d) if ready else {},
     )
