@@ -31,3 +31,19 @@ async def nc(nats_url: str, topology: Topology) -> AsyncIterator[Client]:
     async with connected(nats_url, "test") as client:
         await provision(client.jetstream(), topology, lease_ttl=1.0)
         yield client
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each test N times in one session (a flakiness sweep: tests/peers)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    times = int(metafunc.config.getoption("repeat"))
+    if times > 1:
+        metafunc.fixturenames.append("repeat_index")
+        metafunc.parametrize("repeat_index", range(times))
