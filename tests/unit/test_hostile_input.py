@@ -241,10 +241,10 @@ def test_random_text_exits_0_or_2(tmp_path_factory: pytest.TempPathFactory, text
         "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, labels: "
         "{kueue.x-k8s.io/queue-name: q}}\nspec: {parallelism: 1000000000, suspend: true, "
         "template: {spec: {containers: [{name: c, resources: {requests: {cpu: 1}}}]}}}\n",
-        # a running pod whose labels are not a map (found by the property above)
-        "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: {allocatable: {cpu: 4}}\n---\n"
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: true}\nspec: {nodeName: n, "
-        "containers: [{name: c, resources: {requests: {cpu: 1}}}]}\n",
+        # a pod of a List whose labels are not a map (found by the property above)
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n"
+        "  metadata: {name: p, labels: true}\n"
+        "  spec: {containers: [{name: c, resources: {requests: {cpu: 1}}}]}\n",
     ],
 )
 def test_known_hostile_shapes_exit_2(tmp_path: Path, text: str) -> None:
