@@ -6,17 +6,25 @@ and a patch, a body cut mid-stream, 5xx).
 
 Here: the Eviction API refusing a victim while its PodDisruptionBudget allows no
 disruption (429), the sink retrying until the budget allows it; a victim replaced
-under its name never touched (the uid precondition); and the source listing, then
-following a watch: an object created, changed and deleted arrives as the server says."""
+under its name never touched (the uid precondition); the source listing, then
+following a watch: an object created, changed and deleted arrives as the server says;
+and a watch resumed from the server's bookmarks. A 410 stays on the in-repo server: the
+real one's watch cache serves any version since it started (a watch from version 1,
+after etcd was compacted, got the current objects and 200), so it cannot be had on
+demand."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import time
+import urllib.error
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -25,6 +33,8 @@ from gangpreempt.manifests.objects import load_objects
 from gangpreempt.model.cluster import ClusterState
 from services.actuator.kubernetes import KubeSink
 from services.ingest.kubernetes import KubeSource
+from services.kube import watching
+from services.kube.access import KUEUE_MANAGER_CONFIG
 from services.kube.client import KubeApi
 from tests.kube.sinking import request
 from tests.kube.test_source import Published
@@ -244,3 +254,66 @@ async def test_the_source_lists_then_follows_the_watch(
     assert {e["verb"] for e in mine} <= {"get", "list", "watch"}
     assert {"list", "watch"} <= {e["verb"] for e in mine}
     assert not [e for e in mine if (e.get("responseStatus") or {}).get("code") == 403]
+
+
+def watch_versions(plane: ControlPlane, user: str, resource: str, ns: str) -> list[int]:
+    """The resourceVersion each of ``user``'s watches of ``resource`` in ``ns`` started
+    from, in order."""
+    out: list[tuple[str, int]] = []
+    for e in plane.audit_events(user):
+        ref = e.get("objectRef") or {}
+        if e.get("verb") != "watch" or ref.get("resource") != resource:
+            continue
+        if ref.get("namespace") != ns:
+            continue
+        query = parse_qs(urlsplit(e.get("requestURI", "")).query)
+        out.append((e["requestReceivedTimestamp"], int(query["resourceVersion"][0])))
+    return [rv for _, rv in sorted(out)]
+
+
+async def test_the_watch_resumes_from_the_servers_bookmarks(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kueue's manager ConfigMap is watched by name (a field selector): other ConfigMaps
+    written in its namespace move the server's resourceVersion without an event for the
+    watch. Each watch request is short here (4 s); the real server sends a bookmark
+    before it ends one, carrying that version, and the reflector re-watches from it, not
+    from the version it listed (which the server would in time answer with 410)."""
+    monkeypatch.setattr(watching, "WATCH_SECONDS", 4)
+    resource = KUEUE_MANAGER_CONFIG
+    ns = resource.namespace
+    with contextlib.suppress(urllib.error.HTTPError):  # there already
+        await asyncio.to_thread(
+            control_plane.request, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}}
+        )
+    config = str(control_plane.kubeconfig_for(INGEST))
+    store = watching.ObjectStore()
+    stop = asyncio.Event()
+    earlier = len(watch_versions(control_plane, INGEST, "configmaps", ns))  # other tests'
+
+    def mine() -> list[int]:
+        return watch_versions(control_plane, INGEST, "configmaps", ns)[earlier:]
+
+    async with KubeApi.connect(Settings(kubeconfig=config), "ingest") as api:
+        reflector = watching.Reflector(api, resource, "v1", store, 600.0)
+        listed = int(await reflector.list())
+        follow = asyncio.create_task(reflector.watch(str(listed), time.monotonic() + 60, stop))
+        suffix = uuid.uuid4().hex[:6]
+        try:
+            for i in range(60):  # other ConfigMaps: filtered out of the watch
+                await asyncio.to_thread(
+                    control_plane.request,
+                    "POST",
+                    f"/api/v1/namespaces/{ns}/configmaps",
+                    {"metadata": {"name": f"noise-{suffix}-{i}"}, "data": {"i": str(i)}},
+                )
+                if any(rv > listed for rv in mine()):
+                    break
+                await asyncio.sleep(0.5)
+        finally:
+            stop.set()
+            await asyncio.wait_for(follow, 30)
+    versions = mine()
+    assert versions[0] == listed
+    assert any(rv > listed for rv in versions), (listed, versions)
+    assert not [key for key, _, _ in store.all_objects() if key[2].startswith("noise-")]
