@@ -63,6 +63,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # waiting for Kueue to reserve it (reservations Kueue makes for others there are sent
     # back at once); then others may take it.
     hold_timeout: float = 120.0
+    # quota: namespaces no victim is ever taken from, whatever a proposal says
+    # (comma-separated; planning/legitimacy.py)
+    protected_namespaces: str = "kube-system,gangpreempt"
     # actuator: a pod gated by gangpreempt that nothing placed within this many seconds
     # is released unchanged (fail: open), or kept gated and reported (fail: closed).
     gate_timeout: float = 600.0

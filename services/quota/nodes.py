@@ -12,7 +12,7 @@ gang can take the nodes it freed in between.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime
 
 import msgspec
@@ -22,6 +22,7 @@ from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod, PodGroup
 from gangpreempt.planning.decisions import Decision
+from gangpreempt.planning.legitimacy import illegitimate
 from gangpreempt.planning.nodeconfirm import NodeVictim, node_rejection, victim_rejection
 from gangpreempt.planning.nodeindex import NodeIndex
 from gangpreempt.planning.nodeplan import NodePlanner, Preemptor
@@ -52,18 +53,23 @@ class NodeBook:
         """Victim unit ref -> the plan it is promised to (leaving out plan ``but``)."""
         return {v: p.plan_id for p in self.plans.values() if p.plan_id != but for v in p.victims}
 
-    def check(self, state: ClusterState, p: events.PlanProposed) -> str | None:
+    def check(
+        self, state: ClusterState, p: events.PlanProposed, protected: Collection[str]
+    ) -> str | None:
         """Why the proposed node-level plan must be rejected, or None."""
         victims = [NodeVictim(v.object, v.uid, v.pods, v.pod_uids) for v in p.victims]
-        return node_rejection(
+        return illegitimate(state, p.victims, p.placement, protected) or node_rejection(
             state, p.plan_id, p.preemptor, victims, p.placement, self.claimed(p.plan_id)
         )
 
-    def check_kueue(self, state: ClusterState, p: events.PlanProposed) -> str | None:
+    def check_kueue(
+        self, state: ClusterState, p: events.PlanProposed, protected: Collection[str]
+    ) -> str | None:
         """A Kueue plan whose workload's pods are known: its node victims (and the pods of
         its Workload victims) must still be there."""
-        if not p.placement:
-            return None
+        wrong = illegitimate(state, p.victims, p.placement, protected, node_level=False)
+        if wrong is not None or not p.placement:
+            return wrong
         victims = [NodeVictim(v.object, "", v.pods, v.pod_uids) for v in p.victims if v.pods]
         return victim_rejection(state, p.plan_id, victims, self.claimed(p.plan_id))
 

@@ -39,6 +39,7 @@ from gangpreempt.planning.authority import (
 from gangpreempt.planning.checking import check_decided
 from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.inflight import PlanInFlight, rejection
+from gangpreempt.planning.legitimacy import protected_namespaces
 from gangpreempt.planning.nodeplan import NodePlanner
 from gangpreempt.planning.quotacycle import cycle_decisions
 from gangpreempt.planning.records import TERMINAL, PlanRecord, new_record
@@ -606,8 +607,9 @@ class Quota:
     def check(self, rec: PlanRecord, p: events.PlanProposed) -> str | None:
         """Why the proposal must be rejected against the live ledger and nodes, or None."""
         state = self.replica.state
+        protected = protected_namespaces(self.ctx.settings.protected_namespaces)
         if is_node_ref(rec.flight):
-            return self.nodes.check(state, p)
+            return self.nodes.check(state, p, protected)
         assert self.live.ledger is not None
         plan = PlanInFlight(
             plan_id=p.plan_id,
@@ -622,7 +624,7 @@ class Quota:
             p.preemptor_uid,
             {key_of(v.object): v.uid for v in p.victims},
             self.live.ledger.held_victims,
-        ) or self.nodes.check_kueue(state, p)
+        ) or self.nodes.check_kueue(state, p, protected)
 
     async def buckets(self) -> tuple[Any, Any]:
         ctx = self.ctx
