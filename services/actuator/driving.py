@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +32,11 @@ from gangpreempt.bus import Lease, Publisher
 from gangpreempt.bus.records import RecordBook, RecordStore
 from gangpreempt.errors import Conflict, Fenced, Transient
 from gangpreempt.planning.barrier import PlannedObject, stale_reason
+from gangpreempt.planning.legitimacy import (
+    PROTECTED_NAMESPACES,
+    illegitimate,
+    outside_cohort,
+)
 from gangpreempt.planning.nodeconfirm import placement_gap
 from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.planning.records import (
@@ -74,6 +79,7 @@ class Driver:
         writer: str,
         pod_eviction: str,
         plan_timeout: float,
+        protected: Collection[str] = PROTECTED_NAMESPACES,
     ) -> None:
         self.store = store
         self.book = book
@@ -85,6 +91,7 @@ class Driver:
         self.writer = writer
         self.pod_eviction = pod_eviction
         self.plan_timeout = plan_timeout
+        self.protected = protected  # namespaces no victim is taken from
 
     async def drive(self, plan_id: str) -> None:
         """Take the plan as far as it goes now. Raises ``Fenced`` when another holder
@@ -139,6 +146,12 @@ class Driver:
             missing = sorted({ps.name for ps in wl.pod_sets} - set(p.pod_sets)) if wl else []
             if missing:
                 return f"plan does not cover pod sets {', '.join(missing)}"
+        node_level = is_node_level(state, p.preemptor)
+        wrong = illegitimate(
+            state, p.victims, p.placement, self.protected, node_level=node_level
+        ) or (None if node_level else outside_cohort(state, p.cluster_queue, p.victims))
+        if wrong is not None:
+            return f"illegitimate: {wrong}"
         pods = [pod for v in p.victims for pod in v.pods]
         try:
             live = await self.sink.read([p.preemptor, *(v.object for v in p.victims), *pods])

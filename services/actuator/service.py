@@ -28,6 +28,7 @@ from gangpreempt.bus import Lease, leases_bucket, plans_bucket
 from gangpreempt.bus.leasing import current_token
 from gangpreempt.bus.records import RecordBook, RecordStore
 from gangpreempt.errors import Fenced, Transient
+from gangpreempt.planning.legitimacy import protected_namespaces
 from gangpreempt.planning.records import PlanRecord, actuator_owes
 from gangpreempt.replica import StateReplica
 from gangpreempt.telemetry import metrics
@@ -216,6 +217,7 @@ class Actuator:
             f"actuator/{self.holder}",
             ctx.settings.pod_eviction,
             ctx.settings.plan_timeout,
+            protected_namespaces(ctx.settings.protected_namespaces),
         )
         await ctx.persevering("follow the cluster state", self.replica.start)
         await ctx.persevering("read the plan records", self.book.start)

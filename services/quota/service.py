@@ -39,7 +39,7 @@ from gangpreempt.planning.authority import (
 from gangpreempt.planning.checking import check_decided
 from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.inflight import PlanInFlight, rejection
-from gangpreempt.planning.legitimacy import protected_namespaces
+from gangpreempt.planning.legitimacy import outside_cohort, protected_namespaces
 from gangpreempt.planning.nodeplan import NodePlanner
 from gangpreempt.planning.quotacycle import cycle_decisions
 from gangpreempt.planning.records import TERMINAL, PlanRecord, new_record
@@ -618,13 +618,17 @@ class Quota:
             flavors=p.flavors,
             victims=tuple(key_of(v.object) for v in p.victims if v.object.startswith("Workload/")),
         )
-        return rejection(
-            self.live.snapshot(self.ctx.now()),
-            plan,
-            p.preemptor_uid,
-            {key_of(v.object): v.uid for v in p.victims},
-            self.live.ledger.held_victims,
-        ) or self.nodes.check_kueue(state, p, protected)
+        return (
+            rejection(
+                self.live.snapshot(self.ctx.now()),
+                plan,
+                p.preemptor_uid,
+                {key_of(v.object): v.uid for v in p.victims},
+                self.live.ledger.held_victims,
+            )
+            or outside_cohort(state, p.cluster_queue, p.victims)
+            or self.nodes.check_kueue(state, p, protected)
+        )
 
     async def buckets(self) -> tuple[Any, Any]:
         ctx = self.ctx

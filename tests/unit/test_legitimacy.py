@@ -5,16 +5,24 @@ nodes, Kueue victims outside the preemptor's cohort tree."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
 import pytest
 
 from gangpreempt import events
 from gangpreempt.model.cluster import ClusterState
-from gangpreempt.model.pods import PREEMPTIBLE_LABEL, Node, Pod
-from gangpreempt.model.queues import PriorityClass
-from gangpreempt.planning.inflight import PlanInFlight, rejection
-from gangpreempt.planning.legitimacy import SYSTEM_CRITICAL, illegitimate, protected_namespaces
-from gangpreempt.quota import Snapshot
-from tests.builders import NOW, admitted, cluster_queue, pending, quota, state
+from gangpreempt.model.pods import PREEMPTIBLE_LABEL, Node, Pod, PodGroup
+from gangpreempt.model.queues import Cohort, PriorityClass
+from gangpreempt.planning.legitimacy import (
+    SYSTEM_CRITICAL,
+    cohort_root,
+    illegitimate,
+    outside_cohort,
+    protected_namespaces,
+)
+from services.actuator.driving import Driver
+from tests.builders import admitted, cluster_queue, quota, state
 
 pytestmark = pytest.mark.unit
 GPU = "nvidia.com/gpu"
@@ -161,15 +169,78 @@ def test_a_kueue_victim_outside_the_preemptors_cohort_tree_is_refused() -> None:
     other = cluster_queue("other", {"default": {"cpu": quota(4000)}}, "elsewhere")
     near = admitted("near", "peer", {"cpu": ("default", 1000)}, priority=1)
     far = admitted("far", "other", {"cpu": ("default", 1000)}, priority=1)
-    st = state([mine, peer, other], [near, far])
-    gang = pending("g", "mine", {"cpu": 1000}, priority=9)
-    st.workloads[gang.key] = gang
-    snapshot = Snapshot.build(st, NOW)
+    own = admitted("own", "mine", {"cpu": ("default", 1000)}, priority=1)
+    st = state([mine, peer, other], [near, far, own])
 
-    def plan(*victims: str) -> PlanInFlight:
-        return PlanInFlight("p", gang.key, "mine", {"main": {"cpu": "default"}}, victims)
+    def kueue_victim(key: str) -> events.PlannedVictim:
+        return events.PlannedVictim(
+            object=f"Workload/{key}",
+            uid="",
+            resource_version="",
+            reason="InCohortReclamation",
+            cluster_queue="",
+            priority=1,
+        )
 
-    reason = rejection(snapshot, plan(far.key), "", {}, {})
+    reason = outside_cohort(st, "mine", [kueue_victim(near.key), kueue_victim(far.key)])
     assert reason is not None
-    assert "outside mine's cohort tree" in reason
-    assert rejection(snapshot, plan(near.key), "", {}, {}) is None
+    assert "ClusterQueue other, outside mine's cohort tree" in reason
+    assert outside_cohort(st, "mine", [kueue_victim(near.key), kueue_victim(own.key)]) is None
+    # a parent cohort joins two trees into one
+    st.cohorts["co"] = Cohort("co", parent="top")
+    st.cohorts["elsewhere"] = Cohort("elsewhere", parent="top")
+    assert cohort_root(st, "other") == cohort_root(st, "mine") == "Cohort/top"
+    assert outside_cohort(st, "mine", [kueue_victim(far.key)]) is None
+
+
+class _Replica:
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+
+    async def wait_seq(self, seq: int) -> None:
+        return None
+
+
+class _Sink:
+    async def read(self, refs: object) -> object:
+        raise AssertionError("an illegitimate plan needs no live read: it is dropped first")
+
+
+async def test_the_actuator_drops_a_confirmed_plan_with_an_illegitimate_victim() -> None:
+    """Checked twice: a confirmed record (a compromised quota, a forged write) whose victim
+    no rule could have chosen is dropped on the actuator's own replica, before any read
+    or write to the cluster."""
+    st = cluster()
+    put(st, Pod("team", "big-0", {GPU: 8}, priority=9, group="team/big"))
+    st.pod_groups["team/big"] = PodGroup("team", "big", 1)
+    coredns = put(st, Pod("kube-system", "coredns", {"cpu": 100}, priority=1, node_name="n1"))
+    proposal = events.PlanProposed(
+        id="proposed-p",
+        occurred_at=datetime.now(UTC),
+        plan_id="p",
+        request_id="r",
+        preemptor="PodGroup/team/big",
+        preemptor_uid="",
+        cluster_queue="",
+        pod_sets=(),
+        flavors={},
+        victims=(victim(coredns),),
+        placement=dict(PLACEMENT),
+    )
+    driver = Driver(
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        _Replica(st),  # type: ignore[arg-type]
+        _Sink(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        lambda: datetime.now(UTC),
+        "actuator/test",
+        "delete",
+        10.0,
+        ("kube-system",),
+    )
+    record = SimpleNamespace(proposal=proposal, updated_at=datetime.now(UTC))
+    reason = await driver.validate(record)  # type: ignore[arg-type]
+    assert reason is not None
+    assert reason.startswith("illegitimate: victim Pod/kube-system/coredns")

@@ -72,16 +72,6 @@ def rejection(
                 return f"victim {victim} is already claimed by plan {claimed[victim]}"
         if plan.cluster_queue not in snapshot.cqs:
             return f"ClusterQueue {plan.cluster_queue} not found"
-        root = snapshot.cqs[plan.cluster_queue].node.root()
-        for victim in plan.victims:
-            aw = snapshot.admitted.get(victim)
-            theirs = snapshot.cqs.get(aw.cq) if aw is not None else None
-            if theirs is not None and theirs.node.root() is not root:
-                # Kueue preempts only in the preemptor's ClusterQueue and its cohort tree
-                return (
-                    f"victim {victim} is in ClusterQueue {aw.cq if aw else ''}, outside "
-                    f"{plan.cluster_queue}'s cohort tree"
-                )
         for victim in plan.victims:
             aw = snapshot.admitted.get(victim)
             if aw is not None:

@@ -2,7 +2,8 @@
 state alone, independently of the search that chose them: a compromised victims
 service, or a forged proposal, must not get a victim confirmed that no peer rule could
 have chosen. quota checks it before it confirms (``services/quota``), beside the checks
-that the victims are still there and the preemptor then fits.
+that the victims are still there and the preemptor then fits; the actuator checks it
+again on its own replica before its first write.
 
 The rules here are the ones every peer shares, so that no legitimate plan is refused:
 
@@ -55,6 +56,38 @@ def _pods(state: ClusterState, v: events.PlannedVictim) -> list[Pod]:
     return [pod for ref in refs if (pod := state.pods.get(ref.removeprefix("Pod/"))) is not None]
 
 
+def cohort_root(state: ClusterState, cq: str) -> str:
+    """The root of ``cq``'s cohort tree (the ClusterQueue itself without a cohort); a
+    loop in the parents ends the walk where it closes."""
+    queue = state.cluster_queues.get(cq)
+    node = queue.cohort if queue is not None else None
+    if node is None:
+        return f"ClusterQueue/{cq}"
+    seen = {node}
+    while (parent := getattr(state.cohorts.get(node), "parent", None)) and parent not in seen:
+        seen.add(parent)
+        node = parent
+    return f"Cohort/{node}"
+
+
+def outside_cohort(
+    state: ClusterState, cluster_queue: str, victims: Sequence[events.PlannedVictim]
+) -> str | None:
+    """A Kueue victim outside the preemptor's ClusterQueue and cohort tree, or None."""
+    root = cohort_root(state, cluster_queue)
+    for v in victims:
+        if not v.object.startswith(WORKLOAD):
+            continue
+        wl = state.workloads.get(v.object.removeprefix(WORKLOAD))
+        theirs = state.cluster_queue_of(wl) if wl is not None else None
+        if theirs is not None and theirs != cluster_queue and cohort_root(state, theirs) != root:
+            return (
+                f"victim {v.object} is in ClusterQueue {theirs}, outside "
+                f"{cluster_queue}'s cohort tree"
+            )
+    return None
+
+
 def illegitimate(
     state: ClusterState,
     victims: Sequence[events.PlannedVictim],
@@ -98,6 +131,8 @@ def protected_namespaces(text: str) -> tuple[str, ...]:
 __all__ = [
     "PROTECTED_NAMESPACES",
     "SYSTEM_CRITICAL",
+    "cohort_root",
     "illegitimate",
+    "outside_cohort",
     "protected_namespaces",
 ]
