@@ -40,16 +40,21 @@ def put(st: ClusterState, pod: Pod) -> Pod:
     return pod
 
 
-def victim(pod: Pod) -> events.PlannedVictim:
+def planned(ref: str, *pods: Pod) -> events.PlannedVictim:
+    """A victim as a proposal names it: ``ref`` and the pods taken with it."""
     return events.PlannedVictim(
-        object=pod.ref,
+        object=ref,
         uid="",
         resource_version="",
         reason="PreemptionByScheduler",
         cluster_queue="",
         priority=0,
-        pods=(pod.ref,),
+        pods=tuple(p.ref for p in pods),
     )
+
+
+def victim(pod: Pod) -> events.PlannedVictim:
+    return planned(pod.ref, pod)
 
 
 PLACEMENT = {"Pod/team/big-0": "n1"}
@@ -121,36 +126,12 @@ def test_a_gang_unit_needs_one_pod_on_the_plans_nodes_and_a_kueue_victim_none() 
     st = cluster()
     here = put(st, Pod("team", "g-0", {GPU: 8}, priority=1, node_name="n1"))
     there = put(st, Pod("team", "g-1", {GPU: 8}, priority=1, node_name="n2"))
-    unit = events.PlannedVictim(
-        object="PodGroup/team/g",
-        uid="",
-        resource_version="",
-        reason="PreemptionByScheduler",
-        cluster_queue="",
-        priority=1,
-        pods=(here.ref, there.ref),
-    )
+    unit = planned("PodGroup/team/g", here, there)
     assert illegitimate(st, [unit], PLACEMENT) is None
-    away = events.PlannedVictim(
-        object="PodGroup/team/g",
-        uid="",
-        resource_version="",
-        reason="PreemptionByScheduler",
-        cluster_queue="",
-        priority=1,
-        pods=(there.ref,),
-    )
+    away = planned("PodGroup/team/g", there)
     assert illegitimate(st, [away], PLACEMENT) is not None
     # A Kueue plan's Workload victim frees quota, wherever its pods run.
-    quota_victim = events.PlannedVictim(
-        object="Workload/team/w",
-        uid="",
-        resource_version="",
-        reason="InClusterQueue",
-        cluster_queue="q",
-        priority=1,
-        pods=(there.ref,),
-    )
+    quota_victim = planned("Workload/team/w", there)
     assert illegitimate(st, [quota_victim], PLACEMENT, node_level=False) is None
     assert illegitimate(st, [quota_victim], PLACEMENT) is not None
 
@@ -173,14 +154,7 @@ def test_a_kueue_victim_outside_the_preemptors_cohort_tree_is_refused() -> None:
     st = state([mine, peer, other], [near, far, own])
 
     def kueue_victim(key: str) -> events.PlannedVictim:
-        return events.PlannedVictim(
-            object=f"Workload/{key}",
-            uid="",
-            resource_version="",
-            reason="InCohortReclamation",
-            cluster_queue="",
-            priority=1,
-        )
+        return planned(f"Workload/{key}")
 
     reason = outside_cohort(st, "mine", [kueue_victim(near.key), kueue_victim(far.key)])
     assert reason is not None
