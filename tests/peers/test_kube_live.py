@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import itertools
 import time
 import urllib.error
 import uuid
@@ -299,17 +300,22 @@ async def test_the_watch_resumes_from_the_servers_bookmarks(
         listed = int(await reflector.list())
         follow = asyncio.create_task(reflector.watch(str(listed), time.monotonic() + 60, stop))
         suffix = uuid.uuid4().hex[:6]
+        written = itertools.count()
+
+        async def resumed_past_the_list() -> bool:
+            """Another ConfigMap (filtered out of the watch) moves the version; then:
+            has a watch started past the listed version?"""
+            i = next(written)
+            await asyncio.to_thread(
+                control_plane.request,
+                "POST",
+                f"/api/v1/namespaces/{ns}/configmaps",
+                {"metadata": {"name": f"noise-{suffix}-{i}"}, "data": {"i": str(i)}},
+            )
+            return any(rv > listed for rv in mine())
+
         try:
-            for i in range(60):  # other ConfigMaps: filtered out of the watch
-                await asyncio.to_thread(
-                    control_plane.request,
-                    "POST",
-                    f"/api/v1/namespaces/{ns}/configmaps",
-                    {"metadata": {"name": f"noise-{suffix}-{i}"}, "data": {"i": str(i)}},
-                )
-                if any(rv > listed for rv in mine()):
-                    break
-                await asyncio.sleep(0.5)
+            await eventually(resumed_past_the_list, 60, "a watch resumed from a bookmark")
         finally:
             stop.set()
             await asyncio.wait_for(follow, 30)
