@@ -137,7 +137,8 @@ class Driver:
             return "the record carries no proposal"
         await self.replica.wait_seq(p.state_seq)
         state = self.replica.state
-        if is_node_level(state, p.preemptor):
+        node_level = is_node_level(state, p.preemptor)
+        if node_level:
             gap = placement_gap(state, p.preemptor, p.placement)
             if gap is not None:
                 return f"the gang is not placed: {gap}"
@@ -146,7 +147,6 @@ class Driver:
             missing = sorted({ps.name for ps in wl.pod_sets} - set(p.pod_sets)) if wl else []
             if missing:
                 return f"plan does not cover pod sets {', '.join(missing)}"
-        node_level = is_node_level(state, p.preemptor)
         wrong = illegitimate(
             state, p.victims, p.placement, self.protected, node_level=node_level
         ) or (None if node_level else outside_cohort(state, p.cluster_queue, p.victims))

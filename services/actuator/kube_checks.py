@@ -31,7 +31,7 @@ from gangpreempt.model.checks import (
     RETRY,
     WORKLOAD_LABEL,
 )
-from services.actuator.kube_kueue import condition, get_workload
+from services.actuator.kube_kueue import condition, condition_true, get_workload
 from services.kube.access import ADMISSION_CHECK_STATUS, ADMISSION_CHECKS, KUEUE_WORKLOAD_STATUS
 from services.kube.client import JSON, MERGE_PATCH, ApiError, KubeApi, path_of
 from services.kube.recording import Recorder, involved_object
@@ -62,13 +62,6 @@ def _entry(ev: events.CheckDecided, old: JSON, pod_sets: list[str], name: str) -
             updates.append(update)
         entry["podSetUpdates"] = updates
     return entry
-
-
-def _true(status: JSON, kind: str) -> bool:
-    return any(
-        isinstance(c, dict) and c.get("type") == kind and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
 
 
 def sent_back(
@@ -130,10 +123,10 @@ async def set_check(
         return "the workload is gone"
     check_uid(ev.workload, obj, ev.uid)
     status: dict[str, Any] = obj.get("status") or {}
-    if not status.get("admission") or not _true(status, "QuotaReserved"):
+    if not status.get("admission") or not condition_true(status, "QuotaReserved"):
         return "no quota is reserved for it any more"
     for kind in ("Evicted", "Finished"):
-        if _true(status, kind):
+        if condition_true(status, kind):
             return f"it is {kind.lower()}: Kueue resets its checks"
     checks = [c for c in status.get("admissionChecks") or [] if isinstance(c, dict)]
     at = next((i for i, c in enumerate(checks) if c.get("name") == ev.check), None)

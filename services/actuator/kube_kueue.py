@@ -35,6 +35,14 @@ def condition(kind: str, reason: str, message: str, generation: object) -> JSON:
     }
 
 
+def condition_true(status: JSON, kind: str) -> bool:
+    """Whether a Kueue object's status has condition ``kind`` True."""
+    return any(
+        isinstance(c, dict) and c.get("type") == kind and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
 def reset_checks(checks: object) -> list[JSON] | None:
     """The admission checks' states reset to Pending, as Kueue does on eviction (None
     when there are none to reset)."""
@@ -89,7 +97,7 @@ async def evict_workload(
     check_uid(request.ref, obj, request.uid)
     status = obj.get("status") or {}
     conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
-    if any(c.get("type") == "Evicted" and c.get("status") == "True" for c in conditions):
+    if condition_true(status, "Evicted"):
         return False  # evicted already (by us before a restart, or by Kueue)
     preemptor = state.workloads.get(request.preemptor.partition("/")[2])
     because = KUEUE_REASONS.get(request.reason, request.reason)
@@ -122,4 +130,11 @@ async def evict_workload(
     return True
 
 
-__all__ = ["KUEUE_REASONS", "condition", "evict_workload", "get_workload"]
+__all__ = [
+    "KUEUE_REASONS",
+    "condition",
+    "condition_true",
+    "evict_workload",
+    "get_workload",
+    "reset_checks",
+]

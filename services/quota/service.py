@@ -98,6 +98,7 @@ class Quota:
         self.flights = Flights(self.flight_changed, lambda: self.replica.seq)
         self.nodes = NodeBook()
         self.freed = FreedRoom(ctx.settings.hold_timeout)
+        self.protected = protected_namespaces(ctx.settings.protected_namespaces)
         self.book = RecordBook(ctx.nc, ctx.topology, 2 * ctx.settings.record_retention)
         self.book.on_change(self.record_changed)
         self.dirty = asyncio.Event()
@@ -607,9 +608,8 @@ class Quota:
     def check(self, rec: PlanRecord, p: events.PlanProposed) -> str | None:
         """Why the proposal must be rejected against the live ledger and nodes, or None."""
         state = self.replica.state
-        protected = protected_namespaces(self.ctx.settings.protected_namespaces)
         if is_node_ref(rec.flight):
-            return self.nodes.check(state, p, protected)
+            return self.nodes.check(state, p, self.protected)
         assert self.live.ledger is not None
         plan = PlanInFlight(
             plan_id=p.plan_id,
@@ -627,7 +627,7 @@ class Quota:
                 self.live.ledger.held_victims,
             )
             or outside_cohort(state, p.cluster_queue, p.victims)
-            or self.nodes.check_kueue(state, p, protected)
+            or self.nodes.check_kueue(state, p, self.protected)
         )
 
     async def buckets(self) -> tuple[Any, Any]:

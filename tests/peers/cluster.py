@@ -255,11 +255,7 @@ class Cluster:
                 # Its pods ran to completion: gone (also one this loop made while the
                 # test finished the Job, which would otherwise be placed and run).
                 for pod in mine:
-                    await self.call(
-                        "DELETE",
-                        f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}",
-                        {"gracePeriodSeconds": 0},
-                    )
+                    await self.delete_pod(pod)
                 continue
             if job["spec"].get("suspend"):
                 if name in self.finishing:
@@ -280,11 +276,7 @@ class Cluster:
         for pod in pods:  # the kubelet: a bound pod runs, a deleted one stops
             status = pod.get("status") or {}
             if pod["metadata"].get("deletionTimestamp"):
-                await self.call(
-                    "DELETE",
-                    f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}",
-                    {"gracePeriodSeconds": 0},
-                )
+                await self.delete_pod(pod)
             elif pod["spec"].get("nodeName") and status.get("phase") != "Running":
                 await self.call(
                     "PATCH",
@@ -298,6 +290,14 @@ class Cluster:
                     },
                     content_type="application/merge-patch+json",
                 )
+
+    async def delete_pod(self, pod: dict[str, Any]) -> None:
+        """Gone at once (grace 0): as a kubelet that has stopped it."""
+        await self.call(
+            "DELETE",
+            f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}",
+            {"gracePeriodSeconds": 0},
+        )
 
     async def start_pod(self, job: dict[str, Any]) -> None:
         """As the Job controller: one more pod of ``job``, from its template."""
@@ -334,11 +334,7 @@ class Cluster:
         says it is suspended (no active pod, no start time), which lets Kueue restore
         its template."""
         for pod in pods:
-            await self.call(
-                "DELETE",
-                f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}",
-                {"gracePeriodSeconds": 0},
-            )
+            await self.delete_pod(pod)
         status = job.get("status") or {}
         if status.get("active") or status.get("startTime"):
             await self.call(
@@ -370,11 +366,7 @@ class Cluster:
         job = await self.call("GET", f"/apis/batch/v1/namespaces/{self.ns}/jobs/{name}")
         for pod in await self.pods():
             if pod["metadata"].get("labels", {}).get("job-name") == name:
-                await self.call(
-                    "DELETE",
-                    f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}",
-                    {"gracePeriodSeconds": 0},
-                )
+                await self.delete_pod(pod)
         count = job["spec"]["completions"]
         started = (job.get("status") or {}).get("startTime") or now()
 
@@ -509,6 +501,8 @@ async def running_cluster(control_plane: ControlPlane, managed: bool) -> AsyncIt
             except urllib.error.HTTPError as exc:  # a conflict with a controller: next round
                 if exc.code not in (404, 409):
                     c.errors.append(f"{exc.code} {exc.msg}")
+            # The period of the Job controller and kubelet this loop plays (as theirs
+            # resync), not a wait on anything: the tests wait on conditions with deadlines.
             await asyncio.sleep(0.2)
 
     task = asyncio.create_task(loop())

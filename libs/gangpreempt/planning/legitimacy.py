@@ -105,7 +105,8 @@ def illegitimate(
         if ns in protected:
             return f"victim {v.object} is in protected namespace {ns}"
         pods = _pods(state, v)
-        if v.object.startswith(WORKLOAD):
+        workload = v.object.startswith(WORKLOAD)
+        if workload:
             wl = state.workloads.get(v.object.removeprefix(WORKLOAD))
             if wl is not None and state.priority_of(wl) >= SYSTEM_CRITICAL:
                 return f"victim {v.object} has system-critical priority {state.priority_of(wl)}"
@@ -114,9 +115,9 @@ def illegitimate(
                 return f"victim pod {pod.ref} is in protected namespace {pod.namespace}"
             if _critical(state, pod):
                 return f"victim pod {pod.ref} has system-critical priority"
-            if not v.object.startswith(WORKLOAD) and pod.labels.get(PREEMPTIBLE_LABEL) == "false":
+            if not workload and pod.labels.get(PREEMPTIBLE_LABEL) == "false":
                 return f"victim pod {pod.ref} is labelled {PREEMPTIBLE_LABEL}=false"
-        on_nodes = node_level or not v.object.startswith(WORKLOAD)
+        on_nodes = node_level or not workload
         if nodes and pods and on_nodes and not {pod.node_name for pod in pods} & nodes:
             where = ", ".join(sorted(nodes)[:3])
             return f"victim {v.object} has no pod on the plan's nodes ({where})"
