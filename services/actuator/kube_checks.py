@@ -31,7 +31,7 @@ from gangpreempt.model.checks import (
     RETRY,
     WORKLOAD_LABEL,
 )
-from services.actuator.kube_kueue import condition, condition_true, get_workload
+from services.actuator.kube_kueue import condition, condition_true, get_workload, reset_checks
 from services.kube.access import ADMISSION_CHECK_STATUS, ADMISSION_CHECKS, KUEUE_WORKLOAD_STATUS
 from services.kube.client import JSON, MERGE_PATCH, ApiError, KubeApi, path_of
 from services.kube.recording import Recorder, involved_object
@@ -81,8 +81,9 @@ def sent_back(
     check reset to ``Pending``, its ``retryCount`` counted. Kueue's job reconciler then
     stops the job and releases the reservation; Kueue requeues it at ``requeueAt``."""
     old = checks[at]
+    checks[:] = reset_checks(checks) or checks  # every check, as Kueue's eviction resets them
     checks[at] = {
-        **old,
+        **checks[at],
         "state": PENDING,
         "message": f"Reset to Pending after eviction. Previously: Retry. {ev.message}"[
             :MESSAGE_MAX

@@ -135,6 +135,15 @@ async def test_retry_asks_kueue_to_wait_and_the_reservation_goes_at_once(
 
     wl = apiserver.get(GROUP, "workloads", "team-a", "big")
     assert wl is not None
+    # another controller's check said Ready meanwhile: Kueue's eviction resets it too
+    wl["status"]["admissionChecks"].append(
+        {
+            "name": "prov",
+            "state": "Ready",
+            "message": "",
+            "lastTransitionTime": "2026-11-01T00:00:00Z",
+        }
+    )
     later = datetime.now(UTC) + timedelta(seconds=40)
     wl["status"]["requeueState"] = {"requeueAt": later.strftime("%Y-%m-%dT%H:%M:%SZ")}
     assert await attempt() == "evicted"
@@ -145,6 +154,7 @@ async def test_retry_asks_kueue_to_wait_and_the_reservation_goes_at_once(
     mine = checks_of(apiserver)["gangpreempt"]
     assert mine["state"] == "Pending"  # reset, as Kueue resets it when it evicts
     assert mine["retryCount"] == 1
+    assert checks_of(apiserver)["prov"]["state"] == "Pending"
     assert "quota held for plan p" in mine["message"]
     # Kueue's own fields are left to Kueue: the requeue time, the reservation
     assert wl["status"]["requeueState"]["requeueAt"] == later.strftime("%Y-%m-%dT%H:%M:%SZ")
