@@ -170,6 +170,10 @@ class PlannedVictim(msgspec.Struct, frozen=True):
     pods: tuple[str, ...] = ()  # node-level: every pod that will be deleted (Pod/ns/name)
     pod_uids: tuple[str, ...] = ()  # their uids, in the same order ("" when unknown)
     why: str = ""  # the rule that made it a victim, in a few words (Events say it)
+    # The legitimacy rule that allows it (planning/legitimacy.py: lower-priority,
+    # newer-equal-priority, reclaim-within-cohort, fair-sharing, policy-any,
+    # capacity-within-min); quota and the actuator refuse it when that rule does not hold.
+    rule: str = ""
 
 
 class PlanProposed(Event, frozen=True, kw_only=True, tag=True):

@@ -32,12 +32,8 @@ from gangpreempt.bus import Lease, Publisher
 from gangpreempt.bus.records import RecordBook, RecordStore
 from gangpreempt.errors import Conflict, Fenced, Transient
 from gangpreempt.planning.barrier import PlannedObject, stale_reason
-from gangpreempt.planning.legitimacy import (
-    PROTECTED_NAMESPACES,
-    illegitimate,
-    outside_cohort,
-)
-from gangpreempt.planning.nodeconfirm import placement_gap
+from gangpreempt.planning.legitimacy import PROTECTED_NAMESPACES, illegitimate
+from gangpreempt.planning.nodeconfirm import placement_gap, room_gap
 from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.planning.records import (
     ACTUATED,
@@ -147,11 +143,14 @@ class Driver:
             missing = sorted({ps.name for ps in wl.pod_sets} - set(p.pod_sets)) if wl else []
             if missing:
                 return f"plan does not cover pod sets {', '.join(missing)}"
-        wrong = illegitimate(
-            state, p.victims, p.placement, self.protected, node_level=node_level
-        ) or (None if node_level else outside_cohort(state, p.cluster_queue, p.victims))
+        wrong = illegitimate(state, p, self.protected, node_level=node_level)
         if wrong is not None:
+            metrics.PLANS_ILLEGITIMATE.labels("actuator", wrong.rule).inc()
             return f"illegitimate: {wrong}"
+        if p.placement:
+            room = room_gap(state, p.placement, (pod for v in p.victims for pod in v.pods))
+            if room is not None:
+                return f"the gang is not placed: {room}"
         pods = [pod for v in p.victims for pod in v.pods]
         try:
             live = await self.sink.read([p.preemptor, *(v.object for v in p.victims), *pods])

@@ -23,7 +23,12 @@ from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod, PodGroup
 from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.legitimacy import illegitimate
-from gangpreempt.planning.nodeconfirm import NodeVictim, node_rejection, victim_rejection
+from gangpreempt.planning.nodeconfirm import (
+    NodeVictim,
+    node_rejection,
+    room_gap,
+    victim_rejection,
+)
 from gangpreempt.planning.nodeindex import NodeIndex
 from gangpreempt.planning.nodeplan import NodePlanner, Preemptor
 from services.quota.flights import ACTUATED, ADMITTING, Flights
@@ -58,20 +63,30 @@ class NodeBook:
     ) -> str | None:
         """Why the proposed node-level plan must be rejected, or None."""
         victims = [NodeVictim(v.object, v.uid, v.pods, v.pod_uids) for v in p.victims]
-        return illegitimate(state, p.victims, p.placement, protected) or node_rejection(
-            state, p.plan_id, p.preemptor, victims, p.placement, self.claimed(p.plan_id)
+        return (
+            node_rejection(
+                state, p.plan_id, p.preemptor, victims, p.placement, self.claimed(p.plan_id)
+            )
+            or illegitimate(state, p, protected, node_level=True)
+            or room_gap(state, p.placement, (ref for v in victims for ref in v.pods))
         )
 
     def check_kueue(
         self, state: ClusterState, p: events.PlanProposed, protected: Collection[str]
     ) -> str | None:
-        """A Kueue plan whose workload's pods are known: its node victims (and the pods of
-        its Workload victims) must still be there."""
-        wrong = illegitimate(state, p.victims, p.placement, protected, node_level=False)
-        if wrong is not None or not p.placement:
-            return wrong
+        """A Kueue plan: its victims legitimate; when its workload's pods are known, its
+        node victims (and the pods of its Workload victims) still there and the placed
+        pods fitting their nodes with them gone."""
         victims = [NodeVictim(v.object, "", v.pods, v.pod_uids) for v in p.victims if v.pods]
-        return victim_rejection(state, p.plan_id, victims, self.claimed(p.plan_id))
+        if p.placement:
+            stale = victim_rejection(state, p.plan_id, victims, self.claimed(p.plan_id))
+            if stale is not None:
+                return stale
+        return illegitimate(state, p, protected, node_level=False) or (
+            room_gap(state, p.placement, (ref for v in victims for ref in v.pods))
+            if p.placement
+            else None
+        )
 
     def hold(self, key: str, p: events.PlanProposed) -> None:
         pods: dict[str, tuple[tuple[str, str], ...]] = {}

@@ -39,7 +39,7 @@ from gangpreempt.planning.authority import (
 from gangpreempt.planning.checking import check_decided
 from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.inflight import PlanInFlight, rejection
-from gangpreempt.planning.legitimacy import outside_cohort, protected_namespaces
+from gangpreempt.planning.legitimacy import Refusal, protected_namespaces
 from gangpreempt.planning.nodeplan import NodePlanner
 from gangpreempt.planning.quotacycle import cycle_decisions
 from gangpreempt.planning.records import TERMINAL, PlanRecord, new_record
@@ -606,7 +606,14 @@ class Quota:
             await self.confirmer.infeasible(event, self.replica.seq)
 
     def check(self, rec: PlanRecord, p: events.PlanProposed) -> str | None:
-        """Why the proposal must be rejected against the live ledger and nodes, or None."""
+        """Why the proposal must be rejected against the live ledger and nodes, or None
+        (an illegitimate victim counted by the rule that refuses it)."""
+        reason = self._check(rec, p)
+        if isinstance(reason, Refusal):
+            metrics.PLANS_ILLEGITIMATE.labels("quota", reason.rule).inc()
+        return reason
+
+    def _check(self, rec: PlanRecord, p: events.PlanProposed) -> str | None:
         state = self.replica.state
         if is_node_ref(rec.flight):
             return self.nodes.check(state, p, self.protected)
@@ -618,17 +625,13 @@ class Quota:
             flavors=p.flavors,
             victims=tuple(key_of(v.object) for v in p.victims if v.object.startswith("Workload/")),
         )
-        return (
-            rejection(
-                self.live.snapshot(self.ctx.now()),
-                plan,
-                p.preemptor_uid,
-                {key_of(v.object): v.uid for v in p.victims},
-                self.live.ledger.held_victims,
-            )
-            or outside_cohort(state, p.cluster_queue, p.victims)
-            or self.nodes.check_kueue(state, p, self.protected)
-        )
+        return rejection(
+            self.live.snapshot(self.ctx.now()),
+            plan,
+            p.preemptor_uid,
+            {key_of(v.object): v.uid for v in p.victims},
+            self.live.ledger.held_victims,
+        ) or self.nodes.check_kueue(state, p, self.protected)
 
     async def buckets(self) -> tuple[Any, Any]:
         ctx = self.ctx

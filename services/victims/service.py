@@ -29,6 +29,7 @@ from gangpreempt.model.pods import Pod
 from gangpreempt.model.workloads import Workload
 from gangpreempt.planning import Decision, Victim, plan_on
 from gangpreempt.planning.explaining import explain, victim_summary
+from gangpreempt.planning.legitimacy import named_rules
 from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.planning.records import REQUESTED
 from gangpreempt.telemetry import metrics
@@ -161,7 +162,13 @@ class Victims:
         preemptor_uid: str,
         pod_sets: list[str],
     ) -> events.PlanProposed:
-        victims = tuple(planned(self.replica.state, v, req.priority) for v in decision.victims)
+        state = self.replica.state
+        victims = tuple(planned(state, v, req.priority) for v in decision.victims)
+        rules = named_rules(state, req.workload, victims)
+        if not all(rules.values()):
+            # The search and the legitimacy rules disagree: quota will refuse the plan.
+            log.warning("a victim no legitimacy rule allows", preemptor=req.workload, rules=rules)
+        victims = tuple(msgspec.structs.replace(v, rule=rules[v.object]) for v in victims)
         log.info("plan proposed", preemptor=req.workload, plan_id=plan_id, victims=len(victims))
         return events.PlanProposed(
             id=f"proposed-{plan_id}",

@@ -1,38 +1,71 @@
 """Victims no rule could have chosen are refused before confirmation, whatever a
 proposal says (a compromised victims service, a forged event): protected namespaces,
 system-critical priorities, non-preemptible pods, node-level victims off the plan's
-nodes, Kueue victims outside the preemptor's cohort tree."""
+nodes, Kueue victims outside the preemptor's cohort tree, victims of a priority no rule
+lets the preemptor take; each refusal names its rule."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
+import msgspec
 import pytest
 
 from gangpreempt import events
 from gangpreempt.model.cluster import ClusterState
-from gangpreempt.model.pods import PREEMPTIBLE_LABEL, Node, Pod, PodGroup
-from gangpreempt.model.queues import Cohort, PriorityClass
+from gangpreempt.model.pods import PREEMPTIBLE_LABEL, ElasticQuota, Node, Pod, PodGroup
+from gangpreempt.model.queues import Cohort, KueueConfiguration, PriorityClass
+from gangpreempt.model.workloads import Workload
 from gangpreempt.planning.legitimacy import (
     SYSTEM_CRITICAL,
+    Refusal,
     cohort_root,
     illegitimate,
+    named_rules,
     outside_cohort,
     protected_namespaces,
 )
+from gangpreempt.planning.nodeconfirm import room_gap
 from services.actuator.driving import Driver
-from tests.builders import admitted, cluster_queue, quota, state
+from tests.builders import admitted, cluster_queue, pending, quota, state
 
 pytestmark = pytest.mark.unit
 GPU = "nvidia.com/gpu"
 
 
+PREEMPTOR = "PodGroup/team/big"
+
+
 def cluster() -> ClusterState:
+    """Two 8-GPU nodes and a pending gang of one 8-GPU pod at priority 9 (PREEMPTOR)."""
     st = ClusterState()
     for name in ("n1", "n2"):
         st.nodes[name] = Node(name, {GPU: 8, "pods": 110})
+    st.pods["team/big-0"] = Pod("team", "big-0", {GPU: 8}, priority=9, group="team/big")
+    st.pod_groups["team/big"] = PodGroup("team", "big", 1)
     return st
+
+
+def plan(
+    *victims: events.PlannedVictim,
+    placement: dict[str, str] | None = None,
+    preemptor: str = PREEMPTOR,
+    cluster_queue: str = "",
+) -> events.PlanProposed:
+    return events.PlanProposed(
+        id="proposed-p",
+        occurred_at=datetime.now(UTC),
+        plan_id="p",
+        request_id="r",
+        preemptor=preemptor,
+        preemptor_uid="",
+        cluster_queue=cluster_queue,
+        pod_sets=(),
+        flavors={},
+        victims=victims,
+        placement=dict(PLACEMENT if placement is None else placement),
+    )
 
 
 def put(st: ClusterState, pod: Pod) -> Pod:
@@ -63,7 +96,7 @@ PLACEMENT = {"Pod/team/big-0": "n1"}
 def test_a_lower_pod_on_the_plans_node_may_be_taken() -> None:
     st = cluster()
     low = put(st, Pod("team", "low", {GPU: 8}, priority=1, node_name="n1"))
-    assert illegitimate(st, [victim(low)], PLACEMENT) is None
+    assert illegitimate(st, plan(victim(low))) is None
 
 
 def test_coredns_on_another_node_is_refused_for_every_reason_it_has() -> None:
@@ -81,15 +114,15 @@ def test_coredns_on_another_node_is_refused_for_every_reason_it_has() -> None:
             node_name="n2",
         ),
     )
-    reason = illegitimate(st, [victim(coredns)], PLACEMENT)
+    reason = illegitimate(st, plan(victim(coredns)))
     assert reason is not None
     assert "protected namespace kube-system" in reason
     # with no protected namespace, its priority; with a lower one, its node
-    reason = illegitimate(st, [victim(coredns)], PLACEMENT, protected=())
+    reason = illegitimate(st, plan(victim(coredns)), protected=())
     assert reason is not None
     assert "system-critical" in reason
     plain = put(st, Pod("team", "elsewhere", {GPU: 8}, priority=1, node_name="n2"))
-    reason = illegitimate(st, [victim(plain)], PLACEMENT, protected=())
+    reason = illegitimate(st, plan(victim(plain)), protected=())
     assert reason is not None
     assert "no pod on the plan's nodes (n1)" in reason
 
@@ -99,7 +132,7 @@ def test_a_system_critical_class_counts_without_a_resolved_priority() -> None:
     st.priority_classes["critical-infra"] = PriorityClass("critical-infra", SYSTEM_CRITICAL + 5)
     for name, klass in (("a", "system-node-critical"), ("b", "critical-infra")):
         pod = put(st, Pod("team", name, {GPU: 8}, priority_class_name=klass, node_name="n1"))
-        reason = illegitimate(st, [victim(pod)], PLACEMENT)
+        reason = illegitimate(st, plan(victim(pod)))
         assert reason is not None
         assert "system-critical" in reason
 
@@ -117,23 +150,39 @@ def test_a_non_preemptible_pod_is_refused() -> None:
             labels={PREEMPTIBLE_LABEL: "false"},
         ),
     )
-    reason = illegitimate(st, [victim(pod)], PLACEMENT)
+    reason = illegitimate(st, plan(victim(pod)))
     assert reason is not None
     assert PREEMPTIBLE_LABEL in reason
 
 
-def test_a_gang_unit_needs_one_pod_on_the_plans_nodes_and_a_kueue_victim_none() -> None:
+def test_a_gang_unit_needs_one_pod_on_the_plans_nodes() -> None:
     st = cluster()
-    here = put(st, Pod("team", "g-0", {GPU: 8}, priority=1, node_name="n1"))
-    there = put(st, Pod("team", "g-1", {GPU: 8}, priority=1, node_name="n2"))
+    here = put(st, Pod("team", "g-0", {GPU: 8}, priority=1, node_name="n1", group="team/g"))
+    there = put(st, Pod("team", "g-1", {GPU: 8}, priority=1, node_name="n2", group="team/g"))
+    st.pod_groups["team/g"] = PodGroup("team", "g", 2)
     unit = planned("PodGroup/team/g", here, there)
-    assert illegitimate(st, [unit], PLACEMENT) is None
+    assert illegitimate(st, plan(unit)) is None
     away = planned("PodGroup/team/g", there)
-    assert illegitimate(st, [away], PLACEMENT) is not None
-    # A Kueue plan's Workload victim frees quota, wherever its pods run.
-    quota_victim = planned("Workload/team/w", there)
-    assert illegitimate(st, [quota_victim], PLACEMENT, node_level=False) is None
-    assert illegitimate(st, [quota_victim], PLACEMENT) is not None
+    refused = illegitimate(st, plan(away))
+    assert isinstance(refused, Refusal)
+    assert refused.rule == "off-placement"
+
+
+def test_a_kueue_victim_frees_quota_wherever_its_pods_run() -> None:
+    """A Kueue plan's Workload victim is taken for quota: its pods may run anywhere; the
+    same Workload as a node-level victim must have a pod on the plan's nodes."""
+    mine = cluster_queue("mine", {"default": {GPU: quota(8)}}, within="LowerPriority")
+    st = state([mine], [admitted("w", "mine", {GPU: ("default", 8)}, priority=1)])
+    base = cluster()
+    st.nodes, st.pods, st.pod_groups = base.nodes, base.pods, base.pod_groups
+    st.workloads["default/big"] = pending("big", "mine", {GPU: 8}, priority=9)
+    there = put(st, Pod("default", "w-0", {GPU: 8}, node_name="n2", kueue_workload="default/w"))
+    quota_victim = planned("Workload/default/w", there)
+    kueue_plan = plan(quota_victim, preemptor="Workload/default/big", cluster_queue="mine")
+    assert illegitimate(st, kueue_plan, node_level=False) is None
+    refused = illegitimate(st, plan(quota_victim))  # the gang's, at node level
+    assert refused is not None
+    assert refused.rule == "off-placement"
 
 
 def test_the_setting_lists_namespaces() -> None:
@@ -185,22 +234,8 @@ async def test_the_actuator_drops_a_confirmed_plan_with_an_illegitimate_victim()
     no rule could have chosen is dropped on the actuator's own replica, before any read
     or write to the cluster."""
     st = cluster()
-    put(st, Pod("team", "big-0", {GPU: 8}, priority=9, group="team/big"))
-    st.pod_groups["team/big"] = PodGroup("team", "big", 1)
     coredns = put(st, Pod("kube-system", "coredns", {"cpu": 100}, priority=1, node_name="n1"))
-    proposal = events.PlanProposed(
-        id="proposed-p",
-        occurred_at=datetime.now(UTC),
-        plan_id="p",
-        request_id="r",
-        preemptor="PodGroup/team/big",
-        preemptor_uid="",
-        cluster_queue="",
-        pod_sets=(),
-        flavors={},
-        victims=(victim(coredns),),
-        placement=dict(PLACEMENT),
-    )
+    proposal = plan(victim(coredns))
     driver = Driver(
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
@@ -218,3 +253,174 @@ async def test_the_actuator_drops_a_confirmed_plan_with_an_illegitimate_victim()
     reason = await driver.validate(record)  # type: ignore[arg-type]
     assert reason is not None
     assert reason.startswith("illegitimate: victim Pod/kube-system/coredns")
+
+
+# -- the priority rules -------------------------------------------------------------------
+
+
+def test_a_node_level_victim_needs_a_lower_priority_than_the_state_gives_it() -> None:
+    """The proposal's own ``priority`` field is not believed: the state's decides."""
+    st = cluster()
+    low = put(st, Pod("team", "low", {GPU: 8}, priority=8, node_name="n1"))
+    assert illegitimate(st, plan(victim(low))) is None
+    equal = put(st, Pod("team", "equal", {GPU: 8}, priority=9, node_name="n1"))
+    lying = msgspec.structs.replace(victim(equal), priority=0, rule="lower-priority")
+    refused = illegitimate(st, plan(lying))
+    assert isinstance(refused, Refusal)
+    assert refused.rule == "priority"
+    assert "priority 9" in refused
+
+
+def test_a_gangs_preemption_priority_protects_its_low_priority_pods() -> None:
+    """KEP-5710: a gang is preempted at its preemption class's value, not its pods'."""
+    st = cluster()
+    st.priority_classes["keep"] = PriorityClass("keep", 20)
+    pod = put(st, Pod("team", "g-0", {GPU: 8}, priority=1, node_name="n1", group="team/g"))
+    st.pod_groups["team/g"] = PodGroup("team", "g", 1, preemption_priority_class_name="keep")
+    refused = illegitimate(st, plan(planned("PodGroup/team/g", pod)))
+    assert refused is not None
+    assert refused.rule == "priority"
+    st.pod_groups["team/g"] = PodGroup("team", "g", 1)
+    assert illegitimate(st, plan(planned("PodGroup/team/g", pod))) is None
+
+
+def test_the_named_rule_must_hold() -> None:
+    st = cluster()
+    low = put(st, Pod("team", "low", {GPU: 8}, priority=1, node_name="n1"))
+    named = msgspec.structs.replace(victim(low), rule="capacity-within-min")
+    refused = illegitimate(st, plan(named))
+    assert refused is not None
+    assert refused.rule == "named-rule"
+    assert "what holds: lower-priority" in refused
+
+
+def kueue_cluster(
+    within: str = "LowerPriority", reclaim: str = "Never", fair: bool = False
+) -> ClusterState:
+    """ClusterQueues mine and peer in cohort co; the preemptor default/big (priority 5,
+    created at minute 30) waits in mine."""
+    mine = cluster_queue("mine", {"default": {GPU: quota(8)}}, "co", within=within, reclaim=reclaim)
+    peer = cluster_queue("peer", {"default": {GPU: quota(0, borrowing=8)}}, "co")
+    st = state([mine, peer], [pending("big", "mine", {GPU: 8}, priority=5)])
+    if fair:
+        st.kueue_configurations["config"] = KueueConfiguration(fair_sharing=True)
+    return st
+
+
+def kueue_plan(st: ClusterState, wl: Workload, reason: str = "InClusterQueue") -> Refusal | None:
+    st.workloads[wl.key] = wl
+    v = msgspec.structs.replace(planned(f"Workload/{wl.key}"), reason=reason)
+    return illegitimate(
+        st, plan(v, placement={}, preemptor="Workload/default/big", cluster_queue="mine")
+    )
+
+
+@pytest.mark.parametrize(
+    ("within", "priority", "minute", "allowed"),
+    [
+        ("LowerPriority", 4, 0, "lower-priority"),
+        ("LowerPriority", 5, 40, None),
+        ("LowerOrNewerEqualPriority", 5, 40, "newer-equal-priority"),
+        ("LowerOrNewerEqualPriority", 5, 20, None),  # older: Kueue keeps it
+        ("LowerOrNewerEqualPriority", 6, 40, None),
+        ("Never", 1, 0, None),
+    ],
+)
+def test_kueues_within_cluster_queue_policy(
+    within: str, priority: int, minute: int, allowed: str | None
+) -> None:
+    st = kueue_cluster(within=within)
+    wl = admitted("w", "mine", {GPU: ("default", 8)}, priority, at=minute)
+    refused = kueue_plan(st, wl)
+    if allowed is None:
+        assert refused is not None
+        assert refused.rule == "priority"
+    else:
+        assert refused is None
+        rules = named_rules(st, "Workload/default/big", [planned(f"Workload/{wl.key}")])
+        assert rules == {f"Workload/{wl.key}": allowed}
+
+
+@pytest.mark.parametrize(
+    ("reclaim", "priority", "fair", "reason", "allowed"),
+    [
+        ("Any", 50, False, "InCohortReclamation", "reclaim-within-cohort"),
+        ("Any", 1, False, "InCohortReclamation", "lower-priority"),
+        ("LowerPriority", 50, False, "InCohortReclamation", None),
+        ("LowerPriority", 1, False, "InCohortReclaimWhileBorrowing", "lower-priority"),
+        ("Never", 1, False, "InCohortReclamation", None),
+        ("Any", 50, True, "InCohortFairSharing", "fair-sharing"),
+        ("LowerPriority", 50, True, "InCohortFairSharing", None),  # Kueue's own filter
+    ],
+)
+def test_kueues_reclaim_within_cohort_policy(
+    reclaim: str, priority: int, fair: bool, reason: str, allowed: str | None
+) -> None:
+    st = kueue_cluster(reclaim=reclaim, fair=fair)
+    wl = admitted("w", "peer", {GPU: ("default", 8)}, priority)
+    refused = kueue_plan(st, wl, reason)
+    if allowed is None:
+        assert refused is not None
+        assert refused.rule == "priority"
+        return
+    assert refused is None
+    v = msgspec.structs.replace(planned(f"Workload/{wl.key}"), reason=reason)
+    assert named_rules(st, "Workload/default/big", [v]) == {v.object: allowed}
+
+
+def test_a_kueue_plan_naming_another_cluster_queue_is_refused() -> None:
+    """A proposal that puts the preemptor in the victim's queue, where the policy is
+    wider, is refused: the preemptor's queue is read from the state."""
+    st = kueue_cluster(within="LowerPriority")
+    wl = admitted("w", "peer", {GPU: ("default", 8)}, 1)
+    st.workloads[wl.key] = wl
+    forged = plan(
+        planned(f"Workload/{wl.key}"),
+        placement={},
+        preemptor="Workload/default/big",
+        cluster_queue="peer",
+    )
+    refused = illegitimate(st, forged)
+    assert refused is not None
+    assert refused.rule == "wrong-cluster-queue"
+
+
+def capacity_cluster(team_min: int, other_used: int) -> ClusterState:
+    """CapacityScheduling: namespaces team (min ``team_min`` GPUs) and other (min 4, using
+    ``other_used`` on n2); a pending lone pod of team asks for 4 GPUs at priority 1."""
+    st = ClusterState()
+    for name in ("n1", "n2"):
+        st.nodes[name] = Node(name, {GPU: 8, "pods": 110})
+    st.elastic_quotas["team/q"] = ElasticQuota("team", "q", {GPU: team_min}, {GPU: 16})
+    st.elastic_quotas["other/q"] = ElasticQuota("other", "q", {GPU: 4}, {GPU: 16})
+    put(st, Pod("team", "pre", {GPU: 4}, priority=1))
+    put(st, Pod("other", "high", {GPU: other_used}, priority=100, node_name="n2"))
+    return st
+
+
+def test_capacity_scheduling_reclaims_within_min_whatever_the_priority() -> None:
+    st = capacity_cluster(team_min=8, other_used=8)
+    high = st.pods["other/high"]
+    assert illegitimate(st, plan(victim(high), preemptor="Pod/team/pre", placement={})) is None
+    rules = named_rules(st, "Pod/team/pre", [victim(high)])
+    assert rules == {"Pod/other/high": "capacity-within-min"}
+    # over its own min, the preemptor takes only lower priorities of its namespace
+    st = capacity_cluster(team_min=2, other_used=8)
+    refused = illegitimate(st, plan(victim(high), preemptor="Pod/team/pre", placement={}))
+    assert refused is not None
+    assert refused.rule == "priority"
+    # the other namespace within its own min keeps its pods
+    st = capacity_cluster(team_min=8, other_used=4)
+    high = st.pods["other/high"]
+    refused = illegitimate(st, plan(victim(high), preemptor="Pod/team/pre", placement={}))
+    assert refused is not None
+
+
+def test_the_placement_must_fit_with_exactly_the_victims_gone() -> None:
+    st = cluster()
+    put(st, Pod("team", "a", {GPU: 4}, priority=1, node_name="n1"))
+    b = put(st, Pod("team", "b", {GPU: 4}, priority=1, node_name="n1"))
+    gap = room_gap(st, PLACEMENT, victim(b).pods)
+    assert gap is not None
+    assert f"{GPU} 8 > 4" in gap
+    assert room_gap(st, PLACEMENT, ["Pod/team/a", "Pod/team/b"]) is None

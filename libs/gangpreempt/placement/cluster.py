@@ -16,9 +16,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import NEVER, PODS, Node, Pod, PodGroup
+from gangpreempt.model.priorities import group_priorities, pod_priority
 from gangpreempt.model.quantity import add_into
 from gangpreempt.model.queues import PriorityClass
 from gangpreempt.model.scheduling import SchedulingConstraints
@@ -292,48 +292,13 @@ class NodeCluster:
 
     # -- priorities ---------------------------------------------------------------------
 
-    def _class(self, name: str, owner: str, field: str) -> PriorityClass:
-        pc = self.state.priority_classes.get(name)
-        if pc is None:
-            raise InvalidInput(f"{owner}: {field}: PriorityClass {name!r} not found")
-        return pc
-
     def _pod_priority(self, pod: Pod, default: int) -> int:
-        if pod.priority is not None:
-            return pod.priority
-        if pod.priority_class_name:
-            return self._class(
-                pod.priority_class_name, f"Pod {pod.key}", "spec.priorityClassName"
-            ).value
-        return default
+        return pod_priority(self.state, pod, default)
 
     def _group_priorities(self, group: PodGroup, default: int) -> tuple[int, int]:
-        """(scheduling, preemption) priority of a gang. Scheduling: its ``spec.priority``,
-        else its priority class, else the lowest of its pods'. Preemption: its preemption
-        priority class, else the scheduling priority; below the scheduling priority is
-        refused (KEP-5710's rule that rules out preemption cycles)."""
-        owner = f"{group.source} {group.key}"
-        if group.priority is not None:
-            sched = group.priority
-        elif group.priority_class_name:
-            sched = self._class(group.priority_class_name, owner, "priorityClassName").value
-        else:
-            pods = self.members.get(group.key, [])
-            sched = min((self.pod_priority[p.key] for p in pods), default=default)
-        preempt = sched
-        if group.preemption_priority_class_name:
-            preempt = self._class(
-                group.preemption_priority_class_name, owner, "preemptionPriorityClassName"
-            ).value
-            if preempt < sched:
-                raise InvalidInput(
-                    f"{owner}: preemptionPriorityClassName "
-                    f"{group.preemption_priority_class_name!r} ({preempt}) is below the "
-                    f"scheduling priority ({sched}); a preemption priority must be at least "
-                    "the scheduling priority, or two such gangs could preempt each other "
-                    "forever"
-                )
-        return sched, preempt
+        """(scheduling, preemption) priority of a gang (``model.priorities``)."""
+        members = (self.pod_priority[p.key] for p in self.members.get(group.key, []))
+        return group_priorities(self.state, group, members, default)
 
     def kueue_priority(self, pod: Pod) -> int | None:
         """The priority of the Kueue Workload running the pod, if it is one's."""

@@ -4,12 +4,15 @@ pod the gang needs)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
 from gangpreempt.model.cluster import ClusterState
-from gangpreempt.model.pods import Pod
+from gangpreempt.model.pods import PODS, Pod
+from gangpreempt.model.quantity import add_into
+from gangpreempt.placement.cluster import UNLIMITED, pod_demand
+from gangpreempt.placement.fit import fits, unresolvable
 
 
 class NodeVictim(msgspec.Struct, frozen=True):
@@ -68,7 +71,8 @@ def node_rejection(
 ) -> str | None:
     """Why a node-level plan must not be confirmed, or None: the preemptor's placed pods
     are still pending, every placement node exists, every victim pod is the same one and
-    still on its node, and no victim is promised to another plan."""
+    still on its node, and no victim is promised to another plan (``room_gap`` then
+    tells whether the placed pods fit with exactly these victims gone)."""
     if not placement:
         return f"plan places no pod of {preemptor}"
     for ref, node in placement.items():
@@ -83,6 +87,51 @@ def node_rejection(
     if gap is not None:
         return gap
     return victim_rejection(state, plan_id, victims, claimed)
+
+
+def room_gap(
+    state: ClusterState, placement: Mapping[str, str], victim_pods: Iterable[str]
+) -> str | None:
+    """Why the placement's pending pods do not fit their nodes with exactly the pods
+    ``victim_pods`` (``Pod/ns/name``) gone, or None: each node admits each pod placed on
+    it (selectors, affinity, taints, cordon) and holds them all in the room its other
+    running pods (terminating ones too) leave. A pod of the placement that is no longer
+    pending is not placed again (it holds its node as any running pod)."""
+    gone = {ref.removeprefix("Pod/") for ref in victim_pods}
+    need: dict[str, dict[str, int]] = {}
+    for ref, name in placement.items():
+        pod = _pod(state, ref)
+        if pod is None or not pod.pending:
+            continue
+        node = state.nodes.get(name)
+        if node is None:
+            return f"node {name} no longer exists"
+        why = unresolvable(pod.scheduling, node)
+        if why is not None:
+            return f"preemptor pod {ref} cannot run on node {name}: {why}"
+        add_into(need.setdefault(name, {}), pod_demand(pod))
+    if not need:
+        return None
+    used: dict[str, dict[str, int]] = {name: {} for name in need}
+    for key, pod in state.pods.items():
+        if pod.running and pod.node_name in used and key not in gone:
+            add_into(used[pod.node_name], pod_demand(pod))
+    for name, demand in sorted(need.items()):
+        alloc = state.nodes[name].allocatable
+        free = {res: alloc.get(res, 0) - used[name].get(res, 0) for res in demand}
+        if PODS not in alloc:
+            free[PODS] = UNLIMITED - used[name].get(PODS, 0)
+        if not fits(demand, free):
+            short = ", ".join(
+                f"{res} {amount} > {free.get(res, 0)}"
+                for res, amount in sorted(demand.items())
+                if amount > free.get(res, 0)
+            )
+            return (
+                f"the placed pods do not fit node {name} with exactly the plan's victims "
+                f"gone ({short})"
+            )
+    return None
 
 
 def victim_rejection(
@@ -115,5 +164,6 @@ __all__ = [
     "node_rejection",
     "placement_gap",
     "preemptor_groups",
+    "room_gap",
     "victim_rejection",
 ]

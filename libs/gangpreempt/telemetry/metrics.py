@@ -97,6 +97,15 @@ PLANS_DROPPED = Counter(
     "pod_sets_missing, live_read_failed, no_proposal, other).",
     ["reason"],
 )
+PLANS_ILLEGITIMATE = Counter(
+    "gangpreempt_plans_illegitimate_total",
+    "Plans refused because a victim may not be taken for the preemptor, by the service "
+    "that refused it (quota before confirming, actuator before its first write) and the "
+    "rule (planning/legitimacy.py: protected-namespace, system-critical, non-preemptible, "
+    "unknown-victim, off-placement, outside-cohort, wrong-cluster-queue, priority, "
+    "named-rule).",
+    ["service", "rule"],
+)
 VICTIMS = Counter(
     "gangpreempt_victims_total",
     "Victims actuated, by reason and kind (Workload, Pod, PodGroup).",
