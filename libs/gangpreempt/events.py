@@ -17,6 +17,8 @@ from datetime import datetime
 
 import msgspec
 
+from gangpreempt.model.bounds import Quantity
+
 SCHEMA_VERSION = 1
 
 
@@ -60,7 +62,10 @@ class StateComplete(Event, frozen=True, kw_only=True, tag=True):
 class PodSetAdmission(msgspec.Struct, frozen=True):
     name: str
     flavors: dict[str, str]
-    resource_usage: dict[str, int]
+    # Decoded within int64 and non-negative (``model.bounds``), as the Workload's
+    # admission the sim records from it: one past that is dead-lettered by the consumer,
+    # not written into a Workload every replica would refuse.
+    resource_usage: dict[str, Quantity]
     count: int
 
 

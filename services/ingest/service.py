@@ -24,7 +24,8 @@ from nats.js.kv import KeyValue
 
 from gangpreempt import events
 from gangpreempt.bus import leases_bucket
-from gangpreempt.bus.consuming import Delivery
+from gangpreempt.bus.consuming import DeadLetters, Delivery
+from gangpreempt.bus.publishing import Oversized
 from gangpreempt.bus.status import IngestStatus, status_subject
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model import kinds
@@ -61,8 +62,14 @@ class Ingest:
             )
         self.scenario = ctx.settings.scenario or ""
         self.journal = Journal(ctx.settings.sim_journal) if ctx.settings.sim_journal else None
+        self.dead_letters = DeadLetters(ctx.nc, ctx.topology, "ingest")
         self.sim = (
-            SimCluster(ctx.publisher, ctx.settings.termination_delay, journal=self.journal)
+            SimCluster(
+                ctx.publisher,
+                ctx.settings.termination_delay,
+                journal=self.journal,
+                on_oversized=self.oversized,
+            )
             if ctx.settings.sim and self.kube is None
             else None
         )
@@ -130,7 +137,30 @@ class Ingest:
             resource_version=getattr(obj, "resource_version", ""),
             body=body,
         )
-        acks.append(await self.ctx.publisher.send(event))
+        try:
+            acks.append(await self.ctx.publisher.send(event))
+        except Oversized as exc:
+            await self.oversized(exc)
+
+    async def oversized(self, exc: Oversized) -> None:
+        """An object too large for NATS (``max_payload``): logged and dead-lettered to
+        ``<prefix>.dlq.ingest`` (its body cut to fit), and left off STATE; the other
+        objects go on. STATE keeps the object's last version that fitted, if any; the
+        object is tried again when it changes (and, from the Kubernetes API, at each
+        full republish)."""
+        reason = f"oversized: {exc}"
+        log.error(
+            "object too large to publish; dead-lettered",
+            event_id=exc.event_id,
+            subject=exc.subject,
+            reason=reason,
+        )
+        try:
+            await self.dead_letters.send_unsent(
+                exc.subject, exc.body, reason, exc.event_type, exc.event_id
+            )
+        except Exception as error:  # NATS away: the log above still says it
+            log.warning("dead letter not sent", event_id=exc.event_id, error=repr(error))
 
     async def remove(self, kind: str, key: str, acks: list[asyncio.Future[Any]]) -> None:
         if self.sim is not None:

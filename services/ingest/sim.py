@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,6 +35,7 @@ from opentelemetry import context
 from gangpreempt import events
 from gangpreempt.bus import Publisher
 from gangpreempt.bus.leasing import LeaseView
+from gangpreempt.bus.publishing import Oversized
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import SOFT_EVICTION_LABEL, Pod
@@ -80,8 +81,12 @@ class SimCluster:
         publisher: Publisher,
         termination_delay: float,
         journal: Journal | None = None,
+        on_oversized: Callable[[Oversized], Awaitable[None]] | None = None,
     ) -> None:
         self.publisher = publisher
+        # A change too large to publish is handed here (ingest dead-letters it) and not
+        # sent again: the writer goes on with the next.
+        self.on_oversized = on_oversized
         self.termination_delay = termination_delay
         # the actuator's and quota's leases, as the sim follows them (None: it does not)
         self.actuator_lease: LeaseView | None = None
@@ -120,10 +125,19 @@ class SimCluster:
     async def _write(self) -> None:
         while True:
             item = await self._outbox.get()
-            event = self._event_for(item[0], item[1])
+            try:
+                event = self._event_for(item[0], item[1])
+            except (OverflowError, msgspec.EncodeError) as exc:  # never sendable: go on
+                log.error("state event cannot be encoded; not sent", ref=item[:2], error=repr(exc))
+                self._outbox.task_done()
+                continue
             token = context.attach(extract(item[2]))
             try:
                 ack = await self.publisher.send(event)
+            except Oversized as exc:  # never sendable: dead-lettered, and the writer goes on
+                await self._oversized(exc)
+                self._outbox.task_done()
+                continue
             except Exception as exc:
                 log.warning("state event not sent; again", event_id=event.id, error=repr(exc))
                 await asyncio.sleep(0.2)
@@ -134,6 +148,12 @@ class SimCluster:
             waiter = asyncio.ensure_future(self._acked(item, event, ack))
             self._acks.add(waiter)
             waiter.add_done_callback(self._acks.discard)
+
+    async def _oversized(self, exc: Oversized) -> None:
+        if self.on_oversized is not None:
+            await self.on_oversized(exc)
+        else:
+            log.error("state event too large; not sent", event_id=exc.event_id, error=str(exc))
 
     def _again(self, item: Item) -> None:
         self._outbox.put_nowait(item)

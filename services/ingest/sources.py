@@ -7,6 +7,7 @@ import os
 import time
 from typing import Any
 
+import msgspec
 import structlog
 
 from gangpreempt.errors import ManifestError
@@ -95,7 +96,8 @@ class ManifestSource:
 
 class Differ:
     """What changed between the states it is shown: the objects whose encoded body
-    differs (all of them with ``everything``), and the ones gone."""
+    differs (all of them with ``everything``), and the ones gone. An object that cannot
+    be encoded (a number past int64 no reader bounded) is left out, and logged once."""
 
     def __init__(self) -> None:
         self._bodies: dict[tuple[str, str], bytes] = {}
@@ -103,6 +105,7 @@ class Differ:
         # encoded again (the kubernetes source's cache hands back the same objects).
         self._objects: dict[tuple[str, str], Any] = {}
         self._previous: tuple[dict[tuple[str, str], bytes], dict[tuple[str, str], Any]] = ({}, {})
+        self._unencodable: dict[tuple[str, str], Any] = {}  # left out at the last diff
 
     def rollback(self) -> None:
         """Back to the state shown before the last ``diff``."""
@@ -117,6 +120,7 @@ class Differ:
     ) -> tuple[list[Any], list[tuple[str, str]]]:
         bodies: dict[tuple[str, str], bytes] = {}
         objects: dict[tuple[str, str], Any] = {}
+        unencodable: dict[tuple[str, str], Any] = {}
         upserts = []
         for obj in kinds.objects(state):
             k = (kinds.kind_of(obj), kinds.key_of(obj))
@@ -126,7 +130,17 @@ class Differ:
                 if everything:
                     upserts.append(obj)
                 continue
-            body = kinds.encode_object(obj)
+            try:
+                body = kinds.encode_object(obj)
+            except (OverflowError, msgspec.EncodeError) as exc:
+                # A number past what the model encodes (int64) that no reader bounded:
+                # the object is left out, as one the decoders reject; the rest goes on.
+                if self._unencodable.get(k) is not obj:  # said once per version
+                    ref = f"{k[0]}/{k[1]}"
+                    log.error("object cannot be encoded; left out", object=ref, error=repr(exc))
+                unencodable[k] = obj
+                del objects[k]
+                continue
             bodies[k] = body
             if everything or self._bodies.get(k) != body:
                 upserts.append(obj)
@@ -134,6 +148,7 @@ class Differ:
         self._previous = (self._bodies, self._objects)
         self._bodies = bodies
         self._objects = objects
+        self._unencodable = unencodable
         # Queues and flavors first, then workloads holding quota, then pending ones: a
         # reader that sees only part of the change never sees a pending workload without
         # the usage it competes with.

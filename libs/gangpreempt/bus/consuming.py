@@ -75,6 +75,8 @@ def dead_letter_class(reason: str) -> str:
         return "handler_failed"
     if reason.startswith("cannot apply state"):
         return "state"
+    if reason.startswith("oversized"):
+        return "oversized"
     return "other"
 
 
@@ -90,25 +92,44 @@ class DeadLetters:
             seq = str(msg.metadata.sequence.stream)
         except Exception:
             seq = "?"
+        dedup = f"dlq-{self.service}-{msg.subject}-{seq}"
+        await self._send(msg.subject, msg.data, seq, dedup, reason, etype, eid)
+
+    async def send_unsent(
+        self, subject: str, data: bytes, reason: str, etype: str = "", eid: str = ""
+    ) -> None:
+        """Dead-letter an event that was never stored (a publisher refused it: it is
+        ``Oversized``); ``subject`` is the one it was meant for, ``eid`` its id."""
+        dedup = f"dlq-{self.service}-{subject}-{eid}"
+        await self._send(subject, data, "", dedup, reason, etype, eid)
+
+    async def _send(
+        self,
+        subject: str,
+        data: bytes,
+        seq: str,
+        dedup: str,
+        reason: str,
+        etype: str,
+        eid: str,
+    ) -> None:
         headers = {
-            "Nats-Msg-Id": f"dlq-{self.service}-{msg.subject}-{seq}",
+            "Nats-Msg-Id": dedup,
             "gp-dlq-reason": reason[:2000],
-            "gp-dlq-subject": msg.subject,
+            "gp-dlq-subject": subject,
             "gp-dlq-stream-seq": seq,
             "gp-dlq-type": etype,
             "gp-dlq-id": eid,
             HEADER_SERVICE: self.service,
         }
-        body = msg.data
+        body = data
         room = self.nc.max_payload - header_size(headers)
         if len(body) > room:
             body = body[: max(0, room - 64)]
-        subject = self.topology.dlq_subject(self.service)
-        await self.js.publish(subject, body, headers=headers, stream=self.topology.dlq_stream)
+        dlq = self.topology.dlq_subject(self.service)
+        await self.js.publish(dlq, body, headers=headers, stream=self.topology.dlq_stream)
         metrics.DEAD_LETTERS.labels(self.service, dead_letter_class(reason)).inc()
-        log.warning(
-            "dead-lettered", subject=msg.subject, reason=reason, event_type=etype, event_id=eid
-        )
+        log.warning("dead-lettered", subject=subject, reason=reason, event_type=etype, event_id=eid)
 
 
 def _pending(msg: Msg) -> int | None:

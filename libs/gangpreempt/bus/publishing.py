@@ -19,7 +19,29 @@ HEADER_SERVICE = "gp-service"
 
 
 class Oversized(InvalidInput):
-    """An event larger than the server's max_payload (body and headers together)."""
+    """An event larger than the server's max_payload (body and headers together). It
+    carries what was not sent (the subject, the body and the headers), so the sender can
+    dead-letter it (``bus.consuming.DeadLetters.send_unsent``) and go on."""
+
+    def __init__(
+        self,
+        message: str,
+        subject: str = "",
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.body = body
+        self.headers = dict(headers or {})
+
+    @property
+    def event_type(self) -> str:
+        return self.headers.get(HEADER_TYPE, "")
+
+    @property
+    def event_id(self) -> str:
+        return self.headers.get("Nats-Msg-Id", "")
 
 
 def header_size(headers: dict[str, str]) -> int:
@@ -83,18 +105,23 @@ class Publisher:
     async def _send(
         self, subject: str, body: bytes, headers: dict[str, str], what: str
     ) -> asyncio.Future[PubAck]:
-        self.check_size(body, headers, what=what)
+        self.check_size(body, headers, what=what, subject=subject)
         return await self.js.publish_async(
             subject, body, headers=headers, stream=self.topology.stream_for(subject)
         )
 
-    def check_size(self, body: bytes, headers: dict[str, str], what: str) -> None:
+    def check_size(
+        self, body: bytes, headers: dict[str, str], what: str, subject: str = ""
+    ) -> None:
         size = len(body) + header_size(headers)
         limit = self.nc.max_payload
         if size > limit:
             raise Oversized(
                 f"{what}: {size} bytes with headers exceed the server's max_payload of "
-                f"{limit} bytes; the event was not sent"
+                f"{limit} bytes; the event was not sent",
+                subject,
+                body,
+                headers,
             )
 
 

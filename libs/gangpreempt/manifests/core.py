@@ -20,7 +20,9 @@ def _toleration(obj: Fields, warn: Callable[[str], None]) -> tuple[int | None, i
     the object and the annotation (one typo on a live cluster stops nothing else)."""
     annotations = obj.map_or_empty("metadata").map_or_empty("annotations")
     try:
-        return annotations.integer(MINIMUM_PREEMPTABLE), annotations.integer(TOLERATION_SECONDS)
+        return annotations.integer(MINIMUM_PREEMPTABLE), annotations.integer(
+            TOLERATION_SECONDS, bits=64
+        )
     except ManifestError as exc:
         warn(f"{exc}: the toleration policy cannot be read; no toleration, as the plugin does")
         return None, None

@@ -14,6 +14,7 @@ from typing import Any
 
 from gangpreempt.errors import ManifestError
 from gangpreempt.manifests.fields import Fields, Where, parse_time
+from gangpreempt.manifests.labels import labels_fit
 from gangpreempt.manifests.nodes import pod_of
 from gangpreempt.manifests.podspec import constraints
 from gangpreempt.model.pods import Pod
@@ -89,6 +90,8 @@ def _requests(containers: Any) -> dict[str, int] | None:
                     mine[res] = amount
         for res, amount in mine.items():
             total[res] = total.get(res, 0) + amount
+    if any(amount > MAX_AMOUNT for amount in total.values()):
+        return None  # the general decoder says which sum is out of range
     return total
 
 
@@ -104,6 +107,8 @@ def fast_pod(
         return None
     requests = _requests(spec.get("containers"))
     labels = _texts(meta.get("labels"))
+    if labels is not None and not labels_fit(labels):
+        return None  # the general decoder leaves the excess out, and says so
     annotations = _texts(meta.get("annotations"))
     uid = _text(meta.get("uid"))
     node_name = _text(spec.get("nodeName"))

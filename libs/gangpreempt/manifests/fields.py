@@ -10,7 +10,16 @@ from typing import Any, NoReturn
 
 from gangpreempt.errors import ManifestError
 from gangpreempt.manifests.yamlio import line_of
-from gangpreempt.model.quantity import MAX_AMOUNT, QuantityError, format_amount, to_amount
+from gangpreempt.model.quantity import (
+    MAX_AMOUNT,
+    MAX_DIGITS,
+    QuantityError,
+    beyond,
+    shorten,
+    to_amount,
+)
+
+_LONG_INT = 10**MAX_DIGITS  # an integer this large is described, not printed
 
 
 class Where:
@@ -48,7 +57,10 @@ def join(path: str, key: str | int) -> str:
 
 def describe(value: Any) -> str:
     if isinstance(value, str):
-        return repr(value)
+        return shorten(value)
+    if isinstance(value, int) and not -_LONG_INT < value < _LONG_INT:
+        # Python refuses to print an integer of 4,300 digits and more: never try
+        return f"an integer of more than {MAX_DIGITS} digits"
     if isinstance(value, Mapping):
         return "a mapping"
     if isinstance(value, list):
@@ -152,22 +164,40 @@ class Fields:
                     value,
                     k,
                 )
+            if isinstance(v, int) and not -_LONG_INT < v < _LONG_INT:
+                raise self.where.error(
+                    join(join(self.path, key), str(k)),
+                    f"expected a string, got {describe(v)}",
+                    value,
+                    k,
+                )
             out[str(k)] = v if isinstance(v, str) else str(v)
         return out
 
     def integer(
-        self, key: str, *, minimum: int | None = None, what: str | None = None
+        self, key: str, *, minimum: int | None = None, what: str | None = None, bits: int = 32
     ) -> int | None:
+        """An integer (or a string of digits), at least ``minimum``, within int``bits``:
+        Kubernetes' integer fields are int32 (the model decodes them so), a few int64
+        (``bits=64``). Beyond that it is an error naming the field, never a number the
+        model cannot encode."""
         value = self.data.get(key)
         if value is None:
             return None
         ok = isinstance(value, int) and not isinstance(value, bool)
-        if not ok and isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+        if (
+            not ok
+            and isinstance(value, str)
+            and len(value) <= MAX_DIGITS
+            and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value)
+        ):
             value, ok = int(value), True
+        expected = what or ("an integer" if minimum is None else f"an integer >= {minimum}")
         if not ok or (minimum is not None and value < minimum):
-            expected = what or ("an integer" if minimum is None else f"an integer >= {minimum}")
             self.fail(key, f"expected {expected}, got {describe(self.data.get(key))}")
         assert isinstance(value, int)
+        if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            self.fail(key, f"expected {expected} within int{bits}, got {describe(value)}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -197,10 +227,11 @@ class Fields:
         return value
 
     def amount(
-        self, key: str, resource: str, required: bool = False, bounded: bool = False
+        self, key: str, resource: str, required: bool = False, limit: int = MAX_AMOUNT
     ) -> int | None:
-        """A quantity as an integer amount; ``bounded``: at most ``MAX_AMOUNT`` (what a pod
-        asks for and a node holds: the node-level search sums them in int64 arrays)."""
+        """A quantity as an integer amount, at most ``limit``: ``MAX_AMOUNT`` (the one
+        bound of every amount an object states, ``model.quantity``), or ``MAX_USAGE`` for
+        a recorded usage (a sum)."""
         value = self.data.get(key)
         if value is None:
             if required:
@@ -210,24 +241,19 @@ class Fields:
             amount = to_amount(resource, value)
         except QuantityError as exc:
             self.fail(key, f"expected a Kubernetes quantity: {exc}")
-        if amount < 0:
-            self.fail(key, f"expected a non-negative quantity, got {describe(value)}")
-        if bounded and amount > MAX_AMOUNT:
-            self.fail(
-                key,
-                f"{describe(value)} is beyond the largest quantity gangpreempt computes with "
-                f"({format_amount(resource, MAX_AMOUNT)})",
-            )
+        problem = beyond(resource, amount, limit)
+        if problem is not None:
+            self.fail(key, f"{problem}, got {describe(value)}")
         return amount
 
-    def amounts(self, key: str, bounded: bool = False) -> dict[str, int]:
-        """A ResourceList: resource name -> integer amount (``bounded``: see ``amount``)."""
+    def amounts(self, key: str, limit: int = MAX_AMOUNT) -> dict[str, int]:
+        """A ResourceList: resource name -> integer amount (``limit``: see ``amount``)."""
         sub = self.map(key)
         if sub is None:
             return {}
         out: dict[str, int] = {}
         for res in sub.data:
-            amount = sub.amount(str(res), str(res), required=True, bounded=bounded)
+            amount = sub.amount(str(res), str(res), required=True, limit=limit)
             assert amount is not None
             out[str(res)] = amount
         return out

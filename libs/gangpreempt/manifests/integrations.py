@@ -144,6 +144,8 @@ def jobset(spec: Fields) -> PodSets:
         template = job_spec.map("template", required=True)
         assert template is not None
         count = (1 if replicas is None else replicas) * _job_pods(job_spec)
+        if count >= 2**31:  # each factor is an int32; their product need not be
+            rj.fail("replicas", f"replicas times the job's pods is {count}, beyond an int32")
         out.append(_pod_set(rj.text("name", required=True), count, _template_spec(template)))
     if not out:
         spec.fail("replicatedJobs", "expected at least one replicated job")

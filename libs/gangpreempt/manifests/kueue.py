@@ -17,6 +17,7 @@ from gangpreempt.model.checks import (
     AdmissionCheck,
     CheckState,
 )
+from gangpreempt.model.quantity import MAX_USAGE
 from gangpreempt.model.queues import (
     ANY,
     BEST_EFFORT_FIFO,
@@ -327,7 +328,8 @@ def _admission(status: Fields, pod_sets: tuple[PodSet, ...]) -> Admission | None
             PodSetAssignment(
                 name=name,
                 flavors=psa.text_map("flavors"),
-                resource_usage=psa.amounts("resourceUsage"),
+                # a sum over the pod set's pods: bounded by what the model encodes
+                resource_usage=psa.amounts("resourceUsage", limit=MAX_USAGE),
                 count=counts[name] if count is None else count,
             )
         )

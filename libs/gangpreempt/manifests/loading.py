@@ -17,6 +17,7 @@ from gangpreempt.manifests.authority import join_checks
 from gangpreempt.manifests.deriving import Derived, KueuePod, derive_pods, derive_submitted
 from gangpreempt.manifests.fastpod import fast_pod
 from gangpreempt.manifests.fields import Fields, Where, describe
+from gangpreempt.manifests.labels import metadata_labels
 from gangpreempt.manifests.yamlio import (
     NotFast,
     documents,
@@ -155,6 +156,12 @@ class _Reader:
         self._join_gangs()
         join_checks(self.state, self.warnings)
         return derived
+
+    def _warn_located(self, message: str) -> None:
+        """A warning that names a line (the fast reading has none: it reads again)."""
+        if self.fast:
+            raise NotFast("a warning: read again for its line")
+        self.warnings.append(message)
 
     def _check_fields(self, doc: Any, api_version: str, kind: str, where: Where) -> None:
         """A warning for each key that is not a field of its kind, naming the nearest
@@ -378,16 +385,17 @@ class _Reader:
             )
             return
         elif api_version == "v1" and kind == "Namespace":
-            labels = meta.text_map("labels")
+            labels = metadata_labels(meta, self._warn_located)
             self._put(st.namespaces, name, Namespace(name=name, labels=labels), where)
             return
         elif api_version == "v1" and kind in ("Node", "Pod"):
             status = top.map_or_empty("status")
             if kind == "Node":
-                self._put(st.nodes, name, nodes.node(name, meta, spec, status), where)
+                node = nodes.node(name, meta, spec, status, self._warn_located)
+                self._put(st.nodes, name, node, where)
                 return
             pod = fast_pod(namespace, name, meta.data, spec.data, status.data) or nodes.pod(
-                namespace, name, meta, spec, status
+                namespace, name, meta, spec, status, self._warn_located
             )
             ref = spec.map("workloadRef")
             group = spec.map("schedulingGroup")
@@ -604,9 +612,12 @@ def load(
             reader = _Reader(fast=True)
             reader.check_fields, reader.references = True, references
             return reader.read(paths, objects, origin)
-        except (ManifestError, NotFast):
+        except (ManifestError, NotFast, ValueError, OverflowError):
             # Read again, remembering lines: the error names its line. (Where the YAML
-            # 1.1 reading accepts what the YAML 1.2 one did not, that reading is taken.)
+            # 1.1 reading accepts what the YAML 1.2 one did not, that reading is taken.
+            # The fast YAML reader gives integers of any length, which Python refuses to
+            # print past 4,300 digits: the lined one gives those as text, which the
+            # field reading them refuses by name.)
             reader = _Reader()
             reader.check_fields, reader.references = True, references
             return reader.read(paths, objects, origin)

@@ -4,10 +4,12 @@ scheduler-plugins PodGroup and ElasticQuota."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from gangpreempt.manifests.fields import Fields
+from gangpreempt.manifests.labels import metadata_labels
 from gangpreempt.manifests.podspec import constraints, pod_requests, requirements, taints
 from gangpreempt.model.checks import PLANNED_NODES_ANNOTATION, WORKLOAD_LABEL
 from gangpreempt.model.pods import (
@@ -31,11 +33,16 @@ TOPOLOGY_ANNOTATION = "gangpreempt.io/topology-key"
 LABEL_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
-def node(name: str, meta: Fields, spec: Fields, status: Fields) -> Node:
+Warn = Callable[[str], None]
+
+
+def node(name: str, meta: Fields, spec: Fields, status: Fields, warn: Warn | None = None) -> Node:
+    """A node; its labels as ``manifests.labels`` keeps them (``warn`` hears of any left
+    out)."""
     return Node(
         name=name,
-        allocatable=status.amounts("allocatable", bounded=True),
-        labels=meta.text_map("labels"),
+        allocatable=status.amounts("allocatable"),
+        labels=metadata_labels(meta, warn),
         taints=taints(spec, "taints"),
         unschedulable=spec.flag("unschedulable", False),
     )
@@ -57,10 +64,18 @@ def _scheduled_at(status: Fields) -> datetime | None:
     return None
 
 
-def pod(namespace: str, name: str, meta: Fields, spec: Fields, status: Fields) -> Pod:
+def pod(
+    namespace: str,
+    name: str,
+    meta: Fields,
+    spec: Fields,
+    status: Fields,
+    warn: Warn | None = None,
+) -> Pod:
     """A pod; ``group`` is filled from the scheduler-plugins labels here and from
-    ``spec.workloadRef`` / ``spec.schedulingGroup`` by the caller (it needs the Workload)."""
-    labels = meta.text_map("labels")
+    ``spec.workloadRef`` / ``spec.schedulingGroup`` by the caller (it needs the Workload).
+    Its labels as ``manifests.labels`` keeps them (``warn`` hears of any left out)."""
+    labels = metadata_labels(meta, warn)
     annotations = meta.text_map("annotations")
     phase = status.text("phase", default="")
     gates = tuple(g.text("name", required=True) for g in spec.maps("schedulingGates"))

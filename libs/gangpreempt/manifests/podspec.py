@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gangpreempt.manifests.fields import Fields
-from gangpreempt.model.quantity import add_into
+from gangpreempt.model.quantity import add_into, beyond
 from gangpreempt.model.scheduling import (
     NodeSelectorRequirement,
     NodeSelectorTerm,
@@ -26,8 +26,8 @@ def container_requests(c: Fields) -> dict[str, int]:
     """A container's requests, limits standing in for missing requests (as Kubernetes
     defaults them)."""
     res = c.map_or_empty("resources")
-    requests = res.amounts("requests", bounded=True)
-    for name, amount in res.amounts("limits", bounded=True).items():
+    requests = res.amounts("requests")
+    for name, amount in res.amounts("limits").items():
         requests.setdefault(name, amount)
     return requests
 
@@ -52,11 +52,18 @@ def pod_requests(spec: Fields) -> dict[str, int]:
     total = dict(containers)
     add_into(total, sidecars)
     _max(total, init_peak)
-    pod_level = spec.map_or_empty("resources").amounts("requests", bounded=True)
+    pod_level = spec.map_or_empty("resources").amounts("requests")
     for name in ("cpu", "memory"):
         if name in pod_level:
             total[name] = pod_level[name]
-    add_into(total, spec.amounts("overhead", bounded=True))
+    add_into(total, spec.amounts("overhead"))
+    for res, v in total.items():
+        # Each amount is bounded; their sum is the pod's request, and bounded too.
+        problem = beyond(res, v)
+        if problem is not None:
+            spec.fail(
+                "containers", f"the pod's {res} request, summed over its containers, is {problem}"
+            )
     return {res: v for res, v in total.items()}
 
 
@@ -82,7 +89,7 @@ def tolerations(f: Fields, key: str = "tolerations") -> tuple[Toleration, ...]:
                 operator=t.enum("operator", ("Equal", "Exists"), default="Equal"),
                 value=t.text("value", default=""),
                 effect=t.text("effect", default=""),
-                toleration_seconds=t.integer("tolerationSeconds"),
+                toleration_seconds=t.integer("tolerationSeconds", bits=64),
             )
         )
     return tuple(out)

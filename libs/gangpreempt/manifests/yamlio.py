@@ -20,6 +20,7 @@ import yaml
 import yaml_rs
 
 from gangpreempt.errors import ManifestError
+from gangpreempt.model.quantity import MAX_DIGITS
 
 _Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -67,8 +68,19 @@ def _sequence(loader: Any, node: yaml.SequenceNode) -> LinedList:
     return out
 
 
+def _integer(loader: Any, node: yaml.ScalarNode) -> Any:
+    """An integer, or its text when it is longer than any number gangpreempt reads (Python
+    refuses to convert 4,300 digits and more): the field that reads it then says it is
+    out of range, with its line, instead of the conversion failing."""
+    text = loader.construct_scalar(node)
+    if isinstance(text, str) and len(text) > MAX_DIGITS:
+        return text
+    return loader.construct_yaml_int(node)
+
+
 _Loader.add_constructor("tag:yaml.org,2002:map", _mapping)
 _Loader.add_constructor("tag:yaml.org,2002:seq", _sequence)
+_Loader.add_constructor("tag:yaml.org,2002:int", _integer)
 
 
 STDIN = "<stdin>"  # what ``-`` reads, and how errors name it

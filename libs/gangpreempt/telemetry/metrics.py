@@ -157,7 +157,8 @@ REDELIVERIES = Counter(
 DEAD_LETTERS = Counter(
     "gangpreempt_dead_letters_total",
     "Messages sent to the dead-letter subject, by service and reason (decode, "
-    "wrong_subject, invalid, handler_failed, state).",
+    "wrong_subject, invalid, handler_failed, state; oversized: an event larger than the "
+    "server takes, never stored).",
     ["service", "reason"],
 )
 LEASE_HOLDER = Gauge(
