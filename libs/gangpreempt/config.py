@@ -20,6 +20,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     nats_url: str = "nats://127.0.0.1:4222"
     nats_user: str | None = None
     nats_password: str | None = None
+    # A CA certificate (PEM file) the NATS server's certificate must be signed by: the
+    # connection is then TLS from its first byte (the server's tls block has
+    # handshake_first). None: no TLS.
+    nats_ca: str | None = None
     prefix: str = "gp"
     log_level: str = "info"
     # Create the streams, consumers and buckets at start (needs a user allowed to; with
@@ -72,10 +76,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     gate_fail: str = "open"  # open | closed
     # actuator
     sink: str = "sim"  # sim | log | kubernetes
-    # How a victim pod goes: deleted, or labelled scheduling.koordinator.sh/soft-eviction
-    # for an operator that cleans up and deletes it. Kueue Workloads are always evicted.
-    # (with the kubernetes sink also: eviction, through the Eviction API, honouring PDBs)
-    pod_eviction: str = "delete"  # delete | eviction | soft-eviction
+    # How a victim pod goes: through the Eviction API, PodDisruptionBudgets honoured (the
+    # default: the actuator then needs no pod delete or patch); deleted as kube-scheduler
+    # does; or labelled scheduling.koordinator.sh/soft-eviction for an operator that cleans
+    # up and deletes it. Kueue Workloads are always evicted the Kueue way. (The sim deletes
+    # for eviction and delete alike: it has no PodDisruptionBudget.)
+    pod_eviction: str = "eviction"  # eviction | delete | soft-eviction
     # Seconds a preemption request waits for its proposal (quota then gives it up and
     # retries), and a confirmed plan for a live read that works (the actuator then drops it).
     plan_timeout: float = 10.0
@@ -106,7 +112,7 @@ _CHOICES = {
     "mode": ("act", "shadow"),
     "gate_fail": ("open", "closed"),
     "source": ("manifests", "kubernetes"),
-    "pod_eviction": ("delete", "eviction", "soft-eviction"),
+    "pod_eviction": ("eviction", "delete", "soft-eviction"),
     "log_level": ("debug", "info", "warning", "error"),
 }
 

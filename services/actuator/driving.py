@@ -32,7 +32,7 @@ from gangpreempt.bus import Lease, Publisher
 from gangpreempt.bus.records import RecordBook, RecordStore
 from gangpreempt.errors import Conflict, Fenced, Transient
 from gangpreempt.planning.barrier import PlannedObject, stale_reason
-from gangpreempt.planning.legitimacy import PROTECTED_NAMESPACES, illegitimate
+from gangpreempt.planning.legitimacy import PROTECTED_NAMESPACES, illegitimate, live_refusal
 from gangpreempt.planning.nodeconfirm import placement_gap, room_gap
 from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.planning.records import (
@@ -169,7 +169,13 @@ class Driver:
             ],
             live,
         )
-        return f"stale: {stale}" if stale is not None else None
+        if stale is not None:
+            return f"stale: {stale}"
+        wrong = live_refusal(p, live, node_level)
+        if wrong is not None:
+            metrics.PLANS_ILLEGITIMATE.labels("actuator", wrong.rule).inc()
+            return f"illegitimate: {wrong}"
+        return None
 
     # -- moves ------------------------------------------------------------------------------
     async def write(

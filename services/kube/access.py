@@ -85,36 +85,103 @@ JOBS = Resource("batch", "jobs", "Job")
 KUEUE_WORKLOAD_STATUS = Resource(KUEUE_GROUP, "workloads/status", "Workload")
 ADMISSION_CHECK_STATUS = Resource(KUEUE_GROUP, "admissionchecks/status", "AdmissionCheck", False)
 
-ACCESS: dict[str, dict[Resource, frozenset[str]]] = {
-    "ingest": {r: frozenset({"list", "watch"}) for r in WATCHED},
-    "actuator": {
-        PODS: frozenset({"get", "list", "delete", "patch"}),
-        POD_EVICTIONS: frozenset({"create"}),
+Access = dict[Resource, frozenset[str]]
+
+POD_EVICTION_MODES = ("eviction", "delete", "soft-eviction")
+DEFAULT_POD_EVICTION = "eviction"
+
+# The actuator, whatever it is configured to do: read the live objects it is about to
+# touch, record Events, evict Kueue Workloads the Kueue way and answer its admission
+# checks, with gangpreempt's AdmissionChecks marked Active (Kueue keeps a queue
+# inactive until every check it lists is).
+ACTUATOR_BASE: Access = {
+    PODS: frozenset({"get", "list"}),
+    EVENTS: frozenset({"create"}),
+    KUEUE_WORKLOADS: frozenset({"get"}),
+    KUEUE_WORKLOAD_STATUS: frozenset({"patch"}),
+    ADMISSION_CHECKS: frozenset({"get"}),
+    ADMISSION_CHECK_STATUS: frozenset({"patch"}),
+}
+# What each GANGPREEMPT_POD_EVICTION adds. eviction (the default): the Eviction API,
+# PodDisruptionBudgets honoured, nothing else written on a pod. delete: kube-scheduler's
+# way (the DisruptionTarget condition, then a delete), a Job whose pods are all victims
+# suspended. soft-eviction: a label on the pod (a patch, which the admission policy of
+# deploy/k8s limits to that label).
+POD_EVICTION_ACCESS: dict[str, Access] = {
+    "eviction": {POD_EVICTIONS: frozenset({"create"})},
+    "delete": {
+        PODS: frozenset({"delete"}),
         POD_STATUS: frozenset({"patch"}),
-        EVENTS: frozenset({"create"}),
         JOBS: frozenset({"get", "patch"}),
-        KUEUE_WORKLOADS: frozenset({"get"}),
-        KUEUE_WORKLOAD_STATUS: frozenset({"patch"}),
-        # gangpreempt's AdmissionChecks marked Active (Kueue keeps a queue inactive until
-        # every check it lists is).
-        ADMISSION_CHECKS: frozenset({"get"}),
-        ADMISSION_CHECK_STATUS: frozenset({"patch"}),
     },
+    "soft-eviction": {PODS: frozenset({"patch"})},
+}
+# GANGPREEMPT_MODE=act: the pods gangpreempt places are narrowed to their node and their
+# gate lifted (a patch, which the admission policy limits to exactly that). Shadow mode
+# writes nothing.
+PLACEMENT_ACCESS: Access = {PODS: frozenset({"patch"})}
+
+
+def _merge(*tables: Access) -> Access:
+    merged: Access = {}
+    for table in tables:
+        for resource, verbs in table.items():
+            merged[resource] = merged.get(resource, frozenset()) | verbs
+    return merged
+
+
+def actuator_access(pod_eviction: str = DEFAULT_POD_EVICTION, act: bool = True) -> Access:
+    """The actuator's calls for its pod eviction mode, and whether it acts (places)."""
+    if pod_eviction not in POD_EVICTION_ACCESS:
+        raise ValueError(
+            f"pod eviction {pod_eviction!r}: expected one of {', '.join(POD_EVICTION_MODES)}"
+        )
+    return _merge(ACTUATOR_BASE, POD_EVICTION_ACCESS[pod_eviction], PLACEMENT_ACCESS if act else {})
+
+
+# Every call the actuator makes in one configuration or another.
+ACTUATOR_ANY: Access = _merge(*(actuator_access(mode) for mode in POD_EVICTION_MODES))
+
+# Per service, with the actuator as the defaults configure it (``actuator_access`` for
+# another configuration).
+ACCESS: dict[str, Access] = {
+    "ingest": {r: frozenset({"list", "watch"}) for r in WATCHED},
+    "actuator": actuator_access(),
     "quota": {},
     "victims": {},
 }
 
 
-def allowed(service: str, resource: Resource, verb: str) -> bool:
-    return verb in ACCESS.get(service, {}).get(resource, frozenset())
+def access_of(service: str, pod_eviction: str = DEFAULT_POD_EVICTION, act: bool = True) -> Access:
+    """``service``'s calls as configured (the pod eviction mode and the mode matter to
+    the actuator only)."""
+    if service == "actuator":
+        return actuator_access(pod_eviction, act)
+    return ACCESS.get(service, {})
 
 
-def rbac_rules(service: str) -> dict[tuple[str, str], frozenset[str]]:
+def rbac_rules(
+    service: str, pod_eviction: str = DEFAULT_POD_EVICTION, act: bool = True
+) -> dict[tuple[str, str], frozenset[str]]:
     """(apiGroup, resource) -> verbs, as an RBAC role for ``service`` must grant them."""
     rules: dict[tuple[str, str], frozenset[str]] = {}
-    for resource, verbs in ACCESS[service].items():
+    for resource, verbs in access_of(service, pod_eviction, act).items():
         rules[resource.rbac] = rules.get(resource.rbac, frozenset()) | verbs
     return rules
 
 
-__all__ = ["ACCESS", "WATCHED", "Resource", "allowed", "rbac_rules"]
+__all__ = [
+    "ACCESS",
+    "ACTUATOR_ANY",
+    "ACTUATOR_BASE",
+    "DEFAULT_POD_EVICTION",
+    "PLACEMENT_ACCESS",
+    "POD_EVICTION_ACCESS",
+    "POD_EVICTION_MODES",
+    "WATCHED",
+    "Access",
+    "Resource",
+    "access_of",
+    "actuator_access",
+    "rbac_rules",
+]

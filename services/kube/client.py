@@ -18,7 +18,7 @@ from kubernetes_asyncio import client, config
 
 from gangpreempt.config import Settings
 from gangpreempt.errors import InvalidInput, Transient
-from services.kube.access import Resource, allowed
+from services.kube.access import Access, Resource, access_of
 
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -89,21 +89,29 @@ def path_of(
 class KubeApi:
     """One service's connection to the API server."""
 
-    def __init__(self, api: client.ApiClient, service: str) -> None:
+    def __init__(self, api: client.ApiClient, service: str, access: Access | None = None) -> None:
         self.api = api
         self.service = service
+        # The calls it may make (services.kube.access, as configured).
+        self.access = access_of(service) if access is None else access
         # Awaited before every write (the actuator checks its lease there: ``Fenced``).
         self.before_write: Callable[[], Awaitable[None]] | None = None
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def connect(cls, settings: Settings, service: str) -> AsyncIterator[KubeApi]:
+    async def connect(
+        cls, settings: Settings, service: str, access: Access | None = None
+    ) -> AsyncIterator[KubeApi]:
+        """A connection allowed ``access`` (default: ``service``'s calls as ``settings``
+        configure them)."""
         cfg = await _configuration(settings)
+        if access is None:
+            access = access_of(service, settings.pod_eviction, settings.mode == "act")
         async with client.ApiClient(configuration=cfg) as api:
-            yield cls(api, service)
+            yield cls(api, service, access)
 
     def _check(self, resource: Resource, verb: str) -> None:
-        if not allowed(self.service, resource, verb):
+        if verb not in self.access.get(resource, frozenset()):
             raise PermissionError(
                 f"{self.service} may not {verb} {resource.group or 'core'}/{resource.plural}: "
                 "not in services.kube.access"

@@ -178,9 +178,14 @@ async def test_a_kueue_workload_is_evicted_through_its_conditions(
     assert "same ClusterQueue" in conditions["Preempted"]["message"]
     assert patch["metadata"]["uid"]
     assert patch["metadata"]["resourceVersion"]
-    # The pod outside Kueue went the pod way, the workload's pod was left to Kueue.
-    deleted = [p.rsplit("/", 1)[1] for m, p, _ in apiserver.requests if m == "DELETE"]
-    assert deleted == ["scratch"]
+    # The pod outside Kueue went the pod way (the Eviction API, the default), the
+    # workload's pod was left to Kueue; nothing was deleted or patched on a pod.
+    evicted = [
+        p.rsplit("/", 2)[1] for m, p, _ in apiserver.requests if m == "POST" and "/eviction" in p
+    ]
+    assert evicted == ["scratch"]
+    assert not [p for m, p, _ in apiserver.requests if m == "DELETE"]
+    assert not [p for m, p, _ in apiserver.requests if m == "PATCH" and "/pods/" in p]
     evs = await decisions(nc, topology)
     assert not of(evs, events.PlanDropped, preemptor=train)
 

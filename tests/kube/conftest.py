@@ -7,6 +7,7 @@ import pytest
 
 from gangpreempt.config import Settings
 from services.actuator.kubernetes import KubeSink
+from services.kube.access import ACTUATOR_ANY
 from services.kube.client import KubeApi
 from tests.kube.apiserver import ApiServer
 from tests.kube.sinking import Replica
@@ -26,6 +27,6 @@ async def apiserver() -> AsyncIterator[ApiServer]:
 async def sink(apiserver: ApiServer, tmp_path: Path) -> AsyncIterator[tuple[KubeSink, Replica]]:
     config = apiserver.kubeconfig(str(tmp_path / "kubeconfig"))
     replica = Replica(apiserver)
-    async with KubeApi.connect(Settings(kubeconfig=config), "actuator") as api:
+    async with KubeApi.connect(Settings(kubeconfig=config), "actuator", ACTUATOR_ANY) as api:
         s = await KubeSink.create(api, replica, "delete")  # type: ignore[arg-type]
         yield s, replica

@@ -11,6 +11,7 @@ from gangpreempt.config import Settings
 from gangpreempt.errors import Transient
 from services.actuator.kubernetes import KubeSink
 from services.ingest.kubernetes import KubeSource
+from services.kube.access import ACTUATOR_ANY
 from services.kube.client import KubeApi
 from tests.kube.apiserver import ApiServer
 from tests.kube.objects import job, node, pdb, pod, pod_group
@@ -185,7 +186,7 @@ async def test_a_fenced_actuator_writes_nothing_more(apiserver: ApiServer, tmp_p
     replica.refresh()
     lost = asyncio.Event()
     config = apiserver.kubeconfig(str(tmp_path / "kubeconfig"))
-    async with KubeApi.connect(Settings(kubeconfig=config), "actuator") as api:
+    async with KubeApi.connect(Settings(kubeconfig=config), "actuator", ACTUATOR_ANY) as api:
         s = await KubeSink.create(api, replica, "delete", fenced=lost.is_set)  # type: ignore[arg-type]
         pods, uids = victim_pods(apiserver, "g-0", "g-1", "g-2")
         apiserver.before.append(("DELETE", "/pods/g-0", lost.set))  # lost during the gang

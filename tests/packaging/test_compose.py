@@ -19,7 +19,7 @@ import pytest
 from check_jsonschema.builtin_schemas import get_builtin_schema
 
 from gangpreempt.bus import SERVICES
-from gangpreempt.bus.permissions import ADMIN, password_variable
+from gangpreempt.bus.permissions import ADMIN, hash_variable, password_variable
 from gangpreempt.bus.serverconfig import CLIENT_PORT, MONITOR_PORT, STORE_DIR
 from gangpreempt.cli import cli
 from gangpreempt.config import Settings, load_settings
@@ -172,11 +172,13 @@ def test_nats_runs_the_generated_config_with_every_password(compose: dict[str, A
     assert (ROOT / mounts[config]).resolve() == ROOT / "deploy" / "nats" / "nats.conf"
     data = next(target for target, source in mounts.items() if source in compose["volumes"])
     assert PurePosixPath(STORE_DIR).is_relative_to(data), "the JetStream store is on the volume"
-    variables = {password_variable(u) for u in (ADMIN, *SERVICES)}
+    # nats-server gets the passwords' hashes only, never a password
+    variables = {hash_variable(u) for u in (ADMIN, *SERVICES)}
     assert set(nats["environment"]) == variables
     for name, value in nats["environment"].items():
         assert value.startswith(f"${{{name}:?"), name
     assert f"127.0.0.1:{MONITOR_PORT}/healthz" in " ".join(nats["healthcheck"]["test"])
+    assert "ports" not in nats, "the NATS ports are for the compose network only"
 
 
 def test_env_example_lists_every_required_variable(compose: dict[str, Any]) -> None:
@@ -184,7 +186,8 @@ def test_env_example_lists_every_required_variable(compose: dict[str, Any]) -> N
         m.group(1) for m in INTERPOLATION.finditer(COMPOSE.read_text()) if m.group(2) == ":?"
     }
     example = env_example()
-    assert required == {password_variable(u) for u in (ADMIN, *SERVICES)}
+    users = (ADMIN, *SERVICES)
+    assert required == {password_variable(u) for u in users} | {hash_variable(u) for u in users}
     assert set(example) == required
     assert all(value == "" for value in example.values()), "the example holds no password"
 

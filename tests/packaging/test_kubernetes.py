@@ -205,7 +205,9 @@ def test_each_service_runs_as_its_deployment_says(
     assert settings.health_port == HEALTH_PORT
     assert settings.nats_user == service
     assert settings.provision is False
-    assert settings.nats_url == f"nats://nats:{CLIENT_PORT}"
+    assert settings.nats_url == f"tls://nats:{CLIENT_PORT}"
+    assert settings.nats_ca is not None  # NATS' CA, mounted from the Secret nats-tls
+    assert nats_ca_mounted(dep["spec"]["template"]["spec"], c, settings.nats_ca)
     unknown = {
         k
         for k in env
@@ -218,6 +220,19 @@ def test_each_service_runs_as_its_deployment_says(
         assert settings.sink == "kubernetes"
     assert env["OTEL_SERVICE_NAME"] == f"gangpreempt-{service}"
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"].startswith("http")
+
+
+def nats_ca_mounted(pod: dict[str, Any], c: dict[str, Any], path: str) -> bool:
+    """Whether ``path`` is ca.crt of the Secret nats-tls, mounted alone in ``c``."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for mount in c.get("volumeMounts", []):
+        secret = volumes[mount["name"]].get("secret", {})
+        if secret.get("secretName") == "nats-tls":
+            items = secret.get("items") or []
+            return [i["key"] for i in items] == ["ca.crt"] and path == (
+                f"{mount['mountPath']}/{items[0]['path']}"
+            )
+    return False
 
 
 def secret_references(pod: dict[str, Any]) -> set[str]:
@@ -233,18 +248,27 @@ def secret_references(pod: dict[str, Any]) -> set[str]:
                 found.add(f"{source['secretRef']['name']}/*")
     for volume in pod.get("volumes", []):
         if "secret" in volume:
-            found.add(f"{volume['secret']['secretName']}/*")
+            name, items = volume["secret"]["secretName"], volume["secret"].get("items")
+            found |= {f"{name}/{i['key']}" for i in items} if items else {f"{name}/*"}
     return found
 
 
 def test_each_pod_reads_only_its_own_password(rendered: list[dict[str, Any]]) -> None:
+    # ...and NATS' CA, not its key
     for service in SERVICES:
         pod = deployment(rendered, service)["spec"]["template"]["spec"]
-        assert secret_references(pod) == {f"nats-passwords/{password_variable(service)}"}
+        assert secret_references(pod) == {
+            f"nats-passwords/{password_variable(service)}",
+            "nats-tls/ca.crt",
+        }
     job = named(rendered, "Job", "gangpreempt-provision")["spec"]["template"]["spec"]
-    assert secret_references(job) == {f"nats-passwords/{password_variable(ADMIN)}"}
+    assert secret_references(job) == {
+        f"nats-passwords/{password_variable(ADMIN)}",
+        "nats-tls/ca.crt",
+    }
     nats = named(rendered, "StatefulSet", "nats")["spec"]["template"]["spec"]
-    assert secret_references(nats) == {"nats-passwords/*"}  # nats.conf reads them all
+    # nats.conf reads every password's hash (never a password) and its certificate
+    assert secret_references(nats) == {"nats-password-hashes/*", "nats-tls/*"}
 
 
 def test_provision_job_makes_replicated_streams(rendered: list[dict[str, Any]]) -> None:
@@ -456,4 +480,4 @@ def test_the_documented_overlay_retargets_image_and_collector(tmp_path: Path) ->
         assert c["image"] == pushed
         env = env_of(objects, c)
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == endpoint
-        assert env["GANGPREEMPT_NATS_URL"] == f"nats://nats:{CLIENT_PORT}"  # merged, not replaced
+        assert env["GANGPREEMPT_NATS_URL"] == f"tls://nats:{CLIENT_PORT}"  # merged, not replaced

@@ -1,7 +1,8 @@
 """The nats-server configurations of the deployments: generated from the per-service
 permissions (never edited by hand, never drifting), accepted by a real nats-server, no
 secret in them, and working: an admin provisions with ``gangpreempt provision``, each
-service logs in with the password from its environment variable."""
+service logs in with the password whose bcrypt hash nats-server has from its environment
+(as ``gangpreempt nats-config hash`` writes them)."""
 
 from __future__ import annotations
 
@@ -17,20 +18,36 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
+import trustme
 from click.testing import CliRunner
 
 from gangpreempt.bus import SERVICES, NatsServer, Topology, connected, free_port
-from gangpreempt.bus.permissions import ADMIN, env_authorization, password_variable
+from gangpreempt.bus.permissions import (
+    ADMIN,
+    env_authorization,
+    hash_password,
+    hash_value,
+    hash_variable,
+    password_variable,
+)
+from gangpreempt.bus.provisioning import LIMITS, reserved_bytes
 from gangpreempt.bus.server import nats_server_binary
 from gangpreempt.bus.serverconfig import (
+    ADVERTISE_VARIABLE,
     CLIENT_PORT,
     CLUSTER_PORT,
+    COMPOSE_MAX_FILE_STORE,
+    KUBERNETES_MAX_FILE_STORE,
+    KUBERNETES_TLS,
+    MONITOR_HOST,
     MONITOR_PORT,
     STORE_DIR,
+    TLS_DIR,
     compose_config,
     kubernetes_config,
 )
 from gangpreempt.cli import cli
+from gangpreempt.cli.natsconfig import hash_lines
 from gangpreempt.cli.provision import run_provision
 from gangpreempt.config import load_settings
 from tests.packaging.conftest import K8S, ROOT, generated, named
@@ -47,8 +64,10 @@ def passwords() -> dict[str, str]:
     return {user: "p" + secrets.token_hex(16) for user in USERS}
 
 
-def password_env(values: dict[str, str]) -> dict[str, str]:
-    return {password_variable(user): values[user] for user in USERS}
+def hash_env(values: dict[str, str]) -> dict[str, str]:
+    """What nats-server gets: each user's bcrypt hash, as an environment variable holds it
+    (the lowest cost: these tests log in often)."""
+    return {hash_variable(u): hash_value(hash_password(values[u], cost=4)) for u in USERS}
 
 
 def authorization(conf: str) -> str:
@@ -97,13 +116,29 @@ def test_kubernetes_config_matches_the_statefulset(rendered: list[dict[str, Any]
     pod = sts["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"client": CLIENT_PORT, "cluster": CLUSTER_PORT, "monitor": MONITOR_PORT}
+    # The monitoring port is on the pod's loopback address only: no port, no Service for
+    # it; the probes ask it from inside the container.
+    assert ports == {"client": CLIENT_PORT, "cluster": CLUSTER_PORT}
+    assert f'http: "{MONITOR_HOST}:{MONITOR_PORT}"' in K8S_CONF.read_text()
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert ports[c[probe]["httpGet"]["port"]] == MONITOR_PORT, probe
+        command = " ".join(c[probe]["exec"]["command"])
+        assert f"http://{MONITOR_HOST}:{MONITOR_PORT}/healthz" in command, probe
+    for service in (headless, named(rendered, "Service", "nats")):
+        assert MONITOR_PORT not in {p["port"] for p in service["spec"]["ports"]}
     assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in c[
         "env"
     ]
+    # Each pod gives its peers its name through the headless Service: a name the routes
+    # use, so the certificate that names the routes names it too.
+    advertise = {e["name"]: e.get("value") for e in c["env"]}[ADVERTISE_VARIABLE]
+    assert advertise == f"$(POD_NAME).{headless['metadata']['name']}:{CLUSTER_PORT}"
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    tls = next(v for v in pod["volumes"] if v["name"] == "tls")
+    assert tls["secret"]["secretName"] == "nats-tls"
+    assert mounts["tls"] == TLS_DIR
+    for path in (KUBERNETES_TLS.cert, KUBERNETES_TLS.key, KUBERNETES_TLS.ca):
+        assert path.startswith(TLS_DIR + "/")
+        assert f'"{path}"' in K8S_CONF.read_text()
     config_volume = next(v for v in pod["volumes"] if v["name"] == "config")
     assert config_volume["configMap"]["name"].startswith("nats-config-")
     assert c["args"] == ["--config", f"{mounts['config']}/nats.conf"]
@@ -125,21 +160,52 @@ def nats_test(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[st
     )
 
 
+def with_certificates(path: Path, where: Path) -> Path:
+    """The configuration at ``path``, its certificate files made in ``where`` (nats-server
+    reads them when it checks the configuration)."""
+    ca = trustme.CA()
+    issued = ca.issue_cert("nats", "*.nats-headless")
+    where.mkdir(parents=True, exist_ok=True)
+    issued.cert_chain_pems[0].write_to_path(str(where / "tls.crt"))
+    issued.private_key_pem.write_to_path(str(where / "tls.key"))
+    ca.cert_pem.write_to_path(str(where / "ca.crt"))
+    moved = where / path.name
+    moved.write_text(path.read_text().replace(TLS_DIR, str(where)))
+    return moved
+
+
 @pytest.mark.parametrize("path", [COMPOSE_CONF, K8S_CONF], ids=["compose", "kubernetes"])
-def test_nats_server_accepts_the_config(path: Path) -> None:
-    env = {**password_env(passwords()), "POD_NAME": "nats-0"}
-    result = nats_test(path, env)
+def test_nats_server_accepts_the_config(path: Path, tmp_path: Path) -> None:
+    env = {
+        **hash_env(passwords()),
+        "POD_NAME": "nats-0",
+        ADVERTISE_VARIABLE: f"nats-0.nats-headless:{CLUSTER_PORT}",
+    }
+    result = nats_test(with_certificates(path, tmp_path), env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "is valid" in result.stdout + result.stderr
 
 
-def test_nats_server_refuses_the_config_without_a_password() -> None:
+def test_nats_server_refuses_the_config_without_a_password_hash() -> None:
     for user in USERS:
-        env = password_env(passwords())
-        del env[password_variable(user)]
+        env = hash_env(passwords())
+        del env[hash_variable(user)]
         result = nats_test(COMPOSE_CONF, env)
         assert result.returncode != 0, user
-        assert password_variable(user) in result.stdout + result.stderr
+        assert hash_variable(user) in result.stdout + result.stderr
+
+
+def test_the_reserved_streams_fit_in_the_stores(rendered: list[dict[str, Any]]) -> None:
+    """Every stream's max_bytes is reserved in max_file_store (a stream that fills up
+    takes no room from the others): the sum fits, and the Kubernetes store fits in the
+    pod's volume."""
+    assert reserved_bytes(LIMITS) <= COMPOSE_MAX_FILE_STORE <= KUBERNETES_MAX_FILE_STORE
+    assert f"max_file_store: {COMPOSE_MAX_FILE_STORE}" in COMPOSE_CONF.read_text()
+    assert f"max_file_store: {KUBERNETES_MAX_FILE_STORE}" in K8S_CONF.read_text()
+    claim = named(rendered, "StatefulSet", "nats")["spec"]["volumeClaimTemplates"][0]
+    size = claim["spec"]["resources"]["requests"]["storage"]
+    assert size.endswith("Gi")
+    assert int(size[:-2]) << 30 > KUBERNETES_MAX_FILE_STORE
 
 
 PASSWORD_LINE = re.compile(r"""(?i)password["']?\s*[:=]\s*(.*)$""")
@@ -191,21 +257,31 @@ class ConfiguredServer(NatsServer):
         return self.text
 
 
+def compose_dotenv(line: str) -> tuple[str, str]:
+    """One line of docker compose's .env as compose reads it: a single-quoted value is
+    taken literally, without its quotes."""
+    name, value = line.split("=", 1)
+    assert value[0] == value[-1] == "'", line
+    return name, value[1:-1]
+
+
 @pytest.fixture
 def compose_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[str, dict[str, str]]]:
     """nats-server on the compose configuration (store and ports moved to this test),
-    the passwords in its environment as compose gives them."""
+    the password hashes in its environment as compose gives them from the .env lines of
+    ``gangpreempt nats-config hash --for compose``."""
     values = passwords()
-    for name, value in password_env(values).items():
-        monkeypatch.setenv(name, value)
+    lines = hash_lines({password_variable(u): values[u] for u in USERS}, "compose")
+    for line in lines.splitlines():
+        monkeypatch.setenv(*compose_dotenv(line))
     port = free_port()
     conf = (
         compose_config(TOPOLOGY)
         .replace(STORE_DIR, str(tmp_path / "jetstream"))
         .replace(f"\nport: {CLIENT_PORT}\n", f"\nport: {port}\n")
-        .replace(f"http_port: {MONITOR_PORT}", f"http_port: {free_port()}")
+        .replace(f'http: "{MONITOR_HOST}:{MONITOR_PORT}"', f'http: "127.0.0.1:{free_port()}"')
     )
     server = ConfiguredServer(tmp_path, port, conf).start()
     try:
@@ -255,3 +331,38 @@ async def refused(url: str, user: str, password: str) -> bool:
 async def test_provision_gives_up_when_nats_never_comes() -> None:
     settings = load_settings({"nats_url": f"nats://127.0.0.1:{free_port()}"}, environ={})
     assert await run_provision(settings, timeout=0.5) is False
+
+
+def test_the_hash_command_fills_in_an_env_file(tmp_path: Path) -> None:
+    """``nats-config hash --in-place``: the .env of docker compose gets a hash line per
+    user beside the passwords (replaced when it runs again), the rest kept; without a
+    password for every user it refuses."""
+    values = passwords()
+    dotenv = tmp_path / ".env"
+    plain = "".join(f"{password_variable(u)}={values[u]}\n" for u in USERS)
+    dotenv.write_text(f"# mine\n{plain}{hash_variable(ADMIN)}=\nGANGPREEMPT_LOG_LEVEL=debug\n")
+    runner = CliRunner()
+    args = ["nats-config", "hash", "--for", "compose", "--from-env-file", str(dotenv)]
+    for _ in range(2):
+        result = runner.invoke(cli, [*args, "--in-place"])
+        assert result.exit_code == 0, result.output
+        lines = dotenv.read_text().splitlines()
+        assert lines[0] == "# mine"
+        assert "GANGPREEMPT_LOG_LEVEL=debug" in lines
+        hashes = dict(compose_dotenv(x) for x in lines if "_PASSWORD_HASH=" in x)
+        assert set(hashes) == {hash_variable(u) for u in USERS}  # each once
+        for user in USERS:
+            assert hashes[hash_variable(user)].startswith('"$2b$'), user
+    # Kubernetes: kubectl takes the value as written, double quotes included.
+    result = runner.invoke(cli, ["nats-config", "hash", "--from-env-file", str(dotenv)])
+    assert result.exit_code == 0, result.output
+    assert all(re.match(r'^NATS_[A-Z]+_PASSWORD_HASH="\$2b\$', x) for x in result.stdout.split())
+    # One password from standard input.
+    result = runner.invoke(cli, ["nats-config", "hash"], input="secret\n")
+    assert result.exit_code == 0, result.output
+    assert re.fullmatch(r'"\$2b\$\d\d\$[./A-Za-z0-9]{53}"\n', result.stdout)
+    missing = tmp_path / "missing.env"
+    missing.write_text(plain.replace(f"{password_variable('quota')}={values['quota']}", ""))
+    result = runner.invoke(cli, ["nats-config", "hash", "--from-env-file", str(missing)])
+    assert result.exit_code == 2
+    assert password_variable("quota") in result.output

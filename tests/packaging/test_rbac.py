@@ -1,17 +1,26 @@
-"""RBAC of the kustomize base against services/kube/access.py, the table every API call
-of the services is checked against: each service account is granted exactly
-``rbac_rules(service)``, nothing more, nothing less; quota and victims nothing at all."""
+"""RBAC of the kustomize base and its components against services/kube/access.py, the
+table every API call of the services is checked against: each service account is
+granted exactly ``rbac_rules(service, ...)`` for the configuration the rendering sets,
+nothing more, nothing less; quota and victims nothing at all. The base grants the
+actuator no pod delete or patch; the committed RBAC files are ``gangpreempt rbac``'s
+output."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from click.testing import CliRunner
 
 from gangpreempt.bus import SERVICES
+from gangpreempt.cli import cli
 from services.kube.access import rbac_rules
-from tests.packaging.conftest import ROOT, SERVICE_ACCOUNTS, named, of_kind
+from services.kube.rbac import feature_access
+from tests.packaging.conftest import K8S, ROOT, SERVICE_ACCOUNTS, generated, named, of_kind, render
 
 pytestmark = pytest.mark.packaging
 
@@ -19,10 +28,14 @@ NAMESPACE = "gangpreempt"
 Grant = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 
 
-def expected(service: str) -> set[Grant]:
+# What the base configures: the Eviction API, shadow mode.
+BASE_EVICTION, BASE_ACT = "eviction", False
+
+
+def expected(service: str, pod_eviction: str = BASE_EVICTION, act: bool = BASE_ACT) -> set[Grant]:
     return {
         (group, resource, verb)
-        for (group, resource), verbs in rbac_rules(service).items()
+        for (group, resource), verbs in rbac_rules(service, pod_eviction, act).items()
         for verb in verbs
     }
 
@@ -108,7 +121,92 @@ def test_ingest_watches_cluster_wide(rendered: list[dict[str, Any]]) -> None:
             assert "configmaps" not in resources
 
 
-def test_the_permissions_table_of_the_docs_is_access_py() -> None:
+def test_the_base_grants_the_actuator_no_pod_delete_or_patch(
+    rendered: list[dict[str, Any]],
+) -> None:
+    got = granted(rendered, SERVICE_ACCOUNTS["actuator"])
+    on_pods = {verb for group, resource, verb in got if (group, resource) == ("", "pods")}
+    assert on_pods == {"get", "list"}
+    assert ("", "pods/eviction", "create") in got
+    assert not {g for g in got if g[1] in ("pods/status", "jobs")}
+    env = generated(rendered, "ConfigMap", "gangpreempt-actuator")["data"]
+    assert env["GANGPREEMPT_POD_EVICTION"] == BASE_EVICTION
+    assert generated(rendered, "ConfigMap", "gangpreempt")["data"]["GANGPREEMPT_MODE"] == "shadow"
+
+
+@pytest.mark.parametrize(
+    "components",
+    [
+        ("act",),
+        ("pod-delete",),
+        ("soft-eviction",),
+        ("act", "pod-delete"),
+        ("act", "soft-eviction"),
+    ],
+)
+def test_each_component_grants_exactly_what_its_configuration_calls(
+    tmp_path: Path, components: tuple[str, ...]
+) -> None:
+    """An overlay of the base with the components: the actuator's grants are exactly
+    those of the configuration the rendered ConfigMaps set."""
+    overlay = {
+        "resources": [os.path.relpath(K8S, tmp_path)],
+        "components": [os.path.relpath(K8S / "components" / c, tmp_path) for c in components],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    objects = render(tmp_path)
+    mode = generated(objects, "ConfigMap", "gangpreempt")["data"]["GANGPREEMPT_MODE"]
+    eviction = generated(objects, "ConfigMap", "gangpreempt-actuator")["data"][
+        "GANGPREEMPT_POD_EVICTION"
+    ]
+    assert mode == ("act" if "act" in components else "shadow")
+    assert eviction == next(
+        (c.removeprefix("pod-") for c in components if c != "act"), BASE_EVICTION
+    )
+    got = granted(objects, SERVICE_ACCOUNTS["actuator"])
+    want = expected("actuator", eviction, mode == "act")
+    assert got == want, sorted(got ^ want)
+
+
+@pytest.mark.parametrize(
+    ("path", "args"),
+    [
+        ("actuator-rbac.yaml", ["--pod-eviction", "eviction", "--mode", "shadow"]),
+        ("components/act/rbac.yaml", ["--feature", "placement"]),
+        ("components/pod-delete/rbac.yaml", ["--feature", "delete"]),
+        ("components/soft-eviction/rbac.yaml", ["--feature", "soft-eviction"]),
+    ],
+)
+def test_the_committed_rbac_is_what_gangpreempt_rbac_prints(path: str, args: list[str]) -> None:
+    result = CliRunner().invoke(cli, ["rbac", *args])
+    assert result.exit_code == 0, result.output
+    assert (K8S / path).read_text() == result.output, (
+        f"deploy/k8s/{path} is stale: run `gangpreempt rbac {' '.join(args)} -o deploy/k8s/{path}`"
+    )
+
+
+def test_listed_namespaces_get_role_bindings_there() -> None:
+    """With the managed namespaces listed, every namespaced grant is bound in each of
+    them only; the cluster-scoped ones (AdmissionChecks) stay cluster-wide."""
+    result = CliRunner().invoke(
+        cli, ["rbac", "--pod-eviction", "delete", "--mode", "act", "--namespaces", "a,b"]
+    )
+    assert result.exit_code == 0, result.output
+    docs = [d for d in yaml.safe_load_all(result.output) if d]
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    for binding in (d for d in docs if d["kind"].endswith("Binding")):
+        role = roles[binding["roleRef"]["name"]]
+        scoped = {r for rule in role["rules"] for r in rule["resources"]}
+        if binding["kind"] == "RoleBinding":
+            assert binding["metadata"]["namespace"] in ("a", "b")
+            assert "admissionchecks" not in scoped
+        else:
+            assert scoped <= {"admissionchecks", "admissionchecks/status"}
+    rolebindings = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert len(rolebindings) == 2 * 3  # base, delete, placement in each namespace
+
+
+def test_the_permissions_tables_of_the_docs_are_access_py() -> None:
     text = (ROOT / "docs" / "kubernetes.md").read_text()
     section = text[text.index("## Permissions") : text.index("## Deploying")]
     rows = re.findall(r"^\| (\w+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$", section, re.M)
@@ -118,5 +216,15 @@ def test_the_permissions_table_of_the_docs_is_access_py() -> None:
             continue  # the header
         key = ("" if group.strip() == "(core)" else group.strip(), resource.strip())
         table.setdefault(service, {})[key] = frozenset(v.strip() for v in verbs.split(","))
-    for service in SERVICES:
+    for service in ("ingest", "quota", "victims"):
         assert table.get(service, {}) == rbac_rules(service), service
+    # the actuator's, one table per feature: | feature | group | resource | verbs |
+    grants = re.findall(r"^\| `([\w-]+)` \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$", section, re.M)
+    features: dict[str, dict[tuple[str, str], frozenset[str]]] = {}
+    for feature, group, resource, verbs in grants:
+        key = ("" if group.strip() == "(core)" else group.strip(), resource.strip())
+        features.setdefault(feature, {})[key] = frozenset(v.strip() for v in verbs.split(","))
+    assert set(features) == {"base", "eviction", "delete", "soft-eviction", "placement"}
+    for feature, documented in features.items():
+        want = {r.rbac: verbs for r, verbs in feature_access(feature).items()}
+        assert documented == want, feature

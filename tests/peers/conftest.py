@@ -4,8 +4,9 @@ first); a missing binary is an error, never a skip."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -36,16 +37,40 @@ RBAC_KINDS = {
 }
 
 
-def deploy_rbac(plane: ControlPlane) -> None:
-    """deploy/k8s's roles and bindings of the services that call the API server."""
-    for service in SERVICE_USERS:
-        for doc in yaml.safe_load_all((DEPLOY / f"{service}.yaml").read_text()):
-            plural = RBAC_KINDS.get((doc or {}).get("kind", ""))
-            if plural is None:
-                continue
-            meta = doc["metadata"]
+# What the tests run: the base's RBAC files, the component of act mode (the services here
+# place pods) and the base's admission policy on the actuator's pod writes.
+DEPLOY_FILES = (
+    "ingest.yaml",
+    "actuator-rbac.yaml",
+    "components/act/rbac.yaml",
+    "actuator-policy.yaml",
+)
+POLICY_KINDS = {
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+}
+
+
+def apply_documents(plane: ControlPlane, docs: Iterable[dict[str, Any]]) -> None:
+    """RBAC objects and admission policies, as kubectl apply would (server-side)."""
+    for doc in docs:
+        kind = (doc or {}).get("kind", "")
+        meta = doc.get("metadata", {}) if doc else {}
+        if kind in RBAC_KINDS:
             where = f"namespaces/{meta['namespace']}/" if "namespace" in meta else ""
-            plane.apply(doc, f"/apis/rbac.authorization.k8s.io/v1/{where}{plural}/{meta['name']}")
+            base = f"/apis/rbac.authorization.k8s.io/v1/{where}{RBAC_KINDS[kind]}"
+        elif kind in POLICY_KINDS:
+            base = f"/apis/admissionregistration.k8s.io/v1/{POLICY_KINDS[kind]}"
+        else:
+            continue
+        plane.apply(doc, f"{base}/{meta['name']}")
+
+
+def deploy_rbac(plane: ControlPlane) -> None:
+    """deploy/k8s's roles and bindings of the services that call the API server, and
+    the admission policy on the actuator's pod writes."""
+    for name in DEPLOY_FILES:
+        apply_documents(plane, yaml.safe_load_all((DEPLOY / name).read_text()))
 
 
 @pytest.fixture(scope="session")

@@ -17,11 +17,13 @@ from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import PREEMPTIBLE_LABEL, ElasticQuota, Node, Pod, PodGroup
 from gangpreempt.model.queues import Cohort, KueueConfiguration, PriorityClass
 from gangpreempt.model.workloads import Workload
+from gangpreempt.planning.barrier import LiveObject, live_pods
 from gangpreempt.planning.legitimacy import (
     SYSTEM_CRITICAL,
     Refusal,
     cohort_root,
     illegitimate,
+    live_refusal,
     named_rules,
     outside_cohort,
     protected_namespaces,
@@ -424,3 +426,38 @@ def test_the_placement_must_fit_with_exactly_the_victims_gone() -> None:
     assert gap is not None
     assert f"{GPU} 8 > 4" in gap
     assert room_gap(st, PLACEMENT, ["Pod/team/a", "Pod/team/b"]) is None
+
+
+def test_the_actuator_believes_the_source_not_the_published_state() -> None:
+    """A lying ingest published the victim on the plan's node and below the preemptor:
+    the live read (the API server) says where it runs and its priority, and the actuator
+    refuses the plan on that."""
+    st = cluster()
+    st.pods["team/big-0"] = Pod("team", "big-0", {GPU: 8}, priority=9)  # a lone pod now
+    low = put(st, Pod("team", "low", {GPU: 8}, priority=1, node_name="n1"))
+    p = plan(victim(low), preemptor="Pod/team/big-0", placement={"Pod/team/big-0": "n1"})
+    assert illegitimate(st, p) is None  # the published state allows it
+
+    def live(node: str, priority: int) -> dict[str, LiveObject]:
+        truth = Pod("team", "low", {GPU: 8}, priority=priority, node_name=node)
+        return {
+            "Pod/team/big-0": live_pods("Pod/team/big-0", [st.pods["team/big-0"]]),
+            low.ref: live_pods(low.ref, [truth]),
+        }
+
+    assert live_refusal(p, live("n1", 1), node_level=True) is None
+    moved = live_refusal(p, live("n2", 1), node_level=True)
+    assert moved is not None
+    assert moved.rule == "off-placement"
+    assert "runs on n2" in moved
+    higher = live_refusal(p, live("n1", 50), node_level=True)
+    assert higher is not None
+    assert higher.rule == "priority"
+    assert "priority 50, not below Pod/team/big-0's 9" in higher
+    # a victim named for another rule keeps it: its priority is not what allowed it
+    reclaimed = plan(
+        msgspec.structs.replace(victim(low), rule="capacity-within-min"),
+        preemptor="Pod/team/big-0",
+        placement={"Pod/team/big-0": "n1"},
+    )
+    assert live_refusal(reclaimed, live("n1", 50), node_level=True) is None

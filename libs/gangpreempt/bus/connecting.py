@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -96,16 +97,30 @@ async def connected(
                 await nc.drain()
 
 
+def tls_options(ca_file: str | None) -> dict[str, Any]:
+    """nats-py's options for a server whose certificate ``ca_file`` signed: TLS from the
+    first byte, so that nothing (the password least of all) is ever sent in the clear,
+    not even to a server that offers no TLS. ``{}`` without a CA file."""
+    if ca_file is None:
+        return {}
+    try:
+        context = ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise InvalidInput(f"GANGPREEMPT_NATS_CA: cannot read {ca_file}: {exc}") from exc
+    return {"tls": context, "tls_handshake_first": True}
+
+
 def connected_with(
     settings: Settings, name: str, **options: Any
 ) -> contextlib.AbstractAsyncContextManager[Client]:
-    """``connected`` to the settings' NATS URL with their credentials."""
+    """``connected`` to the settings' NATS URL with their credentials (and over TLS when
+    they name the server's CA)."""
     return connected(
         settings.nats_url,
         name,
         user=settings.nats_user,
         password=settings.nats_password,
-        **options,
+        **{**tls_options(settings.nats_ca), **options},
     )
 
 
@@ -133,4 +148,11 @@ class Stopped(Exception):
     """A stop was requested while a service was still starting."""
 
 
-__all__ = ["Stopped", "connected", "connected_with", "persevering", "wait_for_port"]
+__all__ = [
+    "Stopped",
+    "connected",
+    "connected_with",
+    "persevering",
+    "tls_options",
+    "wait_for_port",
+]

@@ -30,6 +30,9 @@ log = structlog.get_logger("gangpreempt.bus")
 
 HEARTBEAT_S = 1.0  # the server's idle heartbeat on a follower's consumer
 WATCHDOG_S = 2.0  # how long a follower may lag the stream without a message
+# An abandoned follower's consumer (its client gone) is removed this long after: the
+# streams cap their consumers (bus/provisioning.py), so dead ones must not linger.
+FOLLOWER_IDLE = 5.0
 
 
 async def follow(
@@ -41,7 +44,12 @@ async def follow(
 ) -> Any:
     """Subscribe ``cb`` to ``subject`` of ``stream``; returns the subscription."""
     return await nc.jetstream().subscribe(
-        subject, cb=cb, ordered_consumer=True, deliver_policy=deliver_policy, stream=stream
+        subject,
+        cb=cb,
+        ordered_consumer=True,
+        deliver_policy=deliver_policy,
+        stream=stream,
+        inactive_threshold=FOLLOWER_IDLE,
     )
 
 
@@ -116,6 +124,7 @@ class Follower:
             idle_heartbeat=HEARTBEAT_S,
             stream=self.stream,
             config=config,
+            inactive_threshold=FOLLOWER_IDLE,
         )
         self._last_msg = time.monotonic()
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+import bcrypt
+
 from gangpreempt.bus.explainwire import explain_subject
 from gangpreempt.bus.status import status_subject
 from gangpreempt.bus.topology import SERVICES, Topology
@@ -52,11 +54,17 @@ def _bucket(bucket: str) -> list[str]:
 
 def _follow(stream: str) -> list[str]:
     """Follow a stream with ordered consumers: ephemeral ones only (the server refuses a
-    durable name on this subject), with flow control."""
+    durable name on this subject), with flow control.
+
+    Nothing else on the stream's consumers: no list of their names, no INFO, no DELETE,
+    no PAUSE. The server names an ephemeral consumer at random and delivers it to the
+    creator's private inbox, and refuses to change the delivery subject of one that is in
+    use: a service that may create consumers can still not find, read or re-point
+    another's (NATS permissions see subjects only, so the name a create request carries
+    in its body cannot be limited; ``docs/kubernetes.md``, "NATS")."""
     return [
         f"$JS.API.STREAM.INFO.{stream}",
         f"$JS.API.CONSUMER.CREATE.{stream}",
-        f"$JS.API.CONSUMER.INFO.{stream}.>",
         f"$JS.FC.{stream}.>",
     ]
 
@@ -85,9 +93,8 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
     else:
         publish.append(topology.service_wildcard(service))
     publish += _consumer(topology.decisions_stream, topology.durable(service))
-    if service == "quota":  # it also purges the records it deleted an hour ago
+    if service == "quota":  # no purge: it retires old records with expiring markers
         publish += _bucket(plans) + _follow(f"KV_{plans}")
-        publish.append(f"$JS.API.STREAM.PURGE.KV_{plans}")
         subscribe.append(status_subject(topology, "quota"))  # it answers status requests
         publish += [f"$KV.{leases}.quota", *_bucket_read(leases)]  # its own lease only
     if service == "victims":
@@ -101,9 +108,33 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
 
 
 def password_variable(user: str) -> str:
-    """The environment variable that holds ``user``'s password where nats-server reads
-    it from its environment (docker compose, Kubernetes): ``NATS_<USER>_PASSWORD``."""
+    """The environment variable (and key of the Secret ``nats-passwords``) that holds
+    ``user``'s password where a client reads it: ``NATS_<USER>_PASSWORD``."""
     return f"NATS_{user.upper()}_PASSWORD"
+
+
+def hash_variable(user: str) -> str:
+    """The environment variable holding the bcrypt hash of ``user``'s password, where
+    nats-server reads it (docker compose, Kubernetes): ``NATS_<USER>_PASSWORD_HASH``."""
+    return f"{password_variable(user)}_HASH"
+
+
+BCRYPT_COST = 11  # nats-server's own tool's default: about 0.1 s per login
+
+
+def hash_password(password: str, cost: int = BCRYPT_COST) -> str:
+    """The bcrypt hash of ``password`` (``$2b$...``), which nats-server accepts in place
+    of the password itself."""
+    if not password:
+        raise ValueError("an empty password")
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(cost)).decode()
+
+
+def hash_value(hashed: str) -> str:
+    """How an environment variable holds ``hashed`` for nats-server: double-quoted, since
+    nats-server reads a variable's value as configuration, where ``$2b...`` would be a
+    reference to another variable."""
+    return f'"{hashed}"'
 
 
 def _users(topology: Topology, passwords: Mapping[str, str]) -> list[dict[str, object]]:
@@ -134,19 +165,24 @@ def server_authorization(topology: Topology, passwords: dict[str, str]) -> str:
 
 def env_authorization(topology: Topology) -> str:
     """The same block for ``admin`` and every service, each password a reference to the
-    environment variable ``password_variable(user)``, which nats-server resolves when it
-    reads its configuration (an unquoted ``$NAME``): the file holds no secret."""
+    environment variable ``hash_variable(user)`` that holds its bcrypt hash, which
+    nats-server resolves when it reads its configuration (an unquoted ``$NAME``): the
+    file holds no secret, and the server's environment no password either."""
     users = (ADMIN, *SERVICES)
-    text = json.dumps(_users(topology, {u: f"${password_variable(u)}" for u in users}), indent=2)
+    text = json.dumps(_users(topology, {u: f"${hash_variable(u)}" for u in users}), indent=2)
     for user in users:
-        variable = password_variable(user)
+        variable = hash_variable(user)
         text = text.replace(f'"password": "${variable}"', f'"password": ${variable}')
     return _block(text)
 
 
 __all__ = [
     "ADMIN",
+    "BCRYPT_COST",
     "env_authorization",
+    "hash_password",
+    "hash_value",
+    "hash_variable",
     "inbox_prefix",
     "password_variable",
     "server_authorization",

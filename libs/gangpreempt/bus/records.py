@@ -25,6 +25,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from gangpreempt.bus.following import Follower
+from gangpreempt.bus.provisioning import PLAN_HISTORY
 from gangpreempt.bus.topology import Topology
 from gangpreempt.errors import Conflict, InvalidInput, Transient
 from gangpreempt.planning.records import PlanRecord
@@ -35,6 +36,8 @@ T = TypeVar("T")
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(PlanRecord)
 KV_OPERATION = "KV-Operation"
+EXPIRES = "Nats-TTL"  # a message the server removes on its own after that long
+RETIRE_TTL_S = 60.0  # how long the markers that retire a record stay
 
 Versioned = tuple[PlanRecord, int]  # a record and the revision it was read at
 
@@ -95,12 +98,24 @@ class RecordStore:
         what = f"plan record {plan_id} (delete at {revision})"
         await self._call(what, self.kv.delete(plan_id, last=revision))
 
-    async def purge(self, plan_id: str) -> None:
-        """Remove every message of the key, its delete marker too (the bucket does not
-        grow with every plan ever made)."""
+    async def purge(self, plan_id: str, ttl: float = RETIRE_TTL_S) -> None:
+        """Remove every message of a deleted record's key, its delete marker too (the
+        bucket does not grow with every plan ever made), within ``ttl`` seconds.
+
+        The bucket allows neither the purge API to the services nor roll-ups (either
+        would let one writer wipe every record at once: ``provisioning``). So the key
+        gets as many delete markers as the bucket keeps revisions per key, each expiring
+        after ``ttl`` (``Nats-TTL``): they push the older revisions out, then go
+        themselves. Followers learn nothing new from them (the key was deleted before)
+        and keep no tombstone for them (``RecordBook``)."""
         js, stream = self.kv._js, self.kv._stream  # nats-py exposes no public handle
         subject = f"$KV.{stream.removeprefix('KV_')}.{plan_id}"
-        await self._call(f"plan record {plan_id} (purge)", js.purge_stream(stream, subject=subject))
+        headers = {KV_OPERATION: "DEL"}
+        markers = [
+            js.publish(subject, headers=dict(headers), msg_ttl=max(1.0, ttl))
+            for _ in range(PLAN_HISTORY)
+        ]
+        await self._call(f"plan record {plan_id} (purge)", asyncio.gather(*markers))
 
     async def move(
         self, plan_id: str, mover: Callable[[PlanRecord], PlanRecord | None], attempts: int = 5
@@ -168,16 +183,22 @@ class RecordBook:
         found = self.records.get(plan_id)
         return found[0] if found is not None else None
 
-    def learn(self, rec: PlanRecord | None, revision: int, plan_id: str = "") -> None:
+    def learn(
+        self, rec: PlanRecord | None, revision: int, plan_id: str = "", *, tombstone: bool = True
+    ) -> None:
         """Take a record at ``revision`` (None: deleted) unless a newer one is known: a
-        service applies its own writes at once, and the follower's copy later."""
+        service applies its own writes at once, and the follower's copy later. A deletion
+        whose marker expires on its own (``tombstone`` False) leaves nothing to purge."""
         key = rec.plan_id if rec is not None else plan_id
         known = self.records.get(key)
         if known is not None and known[1] >= revision:
             return
         old = known[0] if known is not None else None
-        if rec is None:
+        if rec is not None:
+            self.records[key] = (rec, revision)
+        else:
             self.records.pop(key, None)
+        if rec is None and tombstone:
             now = time.monotonic()
             self.tombstones[key] = now
             self.tombstones.move_to_end(key)
@@ -185,8 +206,6 @@ class RecordBook:
                 self.keep_tombstones
             ):
                 self.tombstones.popitem(last=False)
-        else:
-            self.records[key] = (rec, revision)
         for listener in self._listeners:
             listener(old, rec)
 
@@ -195,7 +214,7 @@ class RecordBook:
         seq = msg.metadata.sequence.stream
         operation = (msg.headers or {}).get(KV_OPERATION)
         if operation in ("DEL", "PURGE") or not msg.data:
-            self.learn(None, seq, key)
+            self.learn(None, seq, key, tombstone=EXPIRES not in (msg.headers or {}))
             return
         try:
             rec = decode_record(msg.data)

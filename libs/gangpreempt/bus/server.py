@@ -12,6 +12,8 @@ from pathlib import Path
 
 from gangpreempt.errors import GangpreemptError
 
+RESERVABLE = 1 << 40  # bytes (1 TiB)
+
 
 def nats_server_binary() -> str:
     beside = Path(sys.executable).parent / "nats-server"
@@ -53,6 +55,10 @@ class NatsServer:
             f"host: 127.0.0.1\nport: {self.port}\n"
             "jetstream {\n"
             f'  store_dir: "{self.store / "jetstream"}"\n'
+            # Room JetStream may reserve for streams' max_bytes: far beyond the disk, so
+            # that the many prefixes tests provision on one server never run out (the
+            # deployments' configurations size it to their volume: serverconfig).
+            f"  max_file_store: {RESERVABLE}\n"
             f"{'  sync_interval: always' if self.sync_always else ''}\n}}\n"
             f"{self.extra_config}"
         )

@@ -39,6 +39,7 @@ class _Commands(click.Group):
     LAZY: ClassVar[dict[str, tuple[str, str]]] = {
         "provision": ("gangpreempt.cli.provision", "provision_command"),
         "nats-config": ("gangpreempt.cli.natsconfig", "nats_config_command"),
+        "rbac": ("gangpreempt.cli.rbac", "rbac_command"),
         "simulate": ("gangpreempt.cli.simulate", "simulate_command"),
     }
 
@@ -525,7 +526,7 @@ def _service_options(f: Any) -> Any:
         click.option("--sink", help="actuator: sim, log or kubernetes [GANGPREEMPT_SINK]."),
         click.option(
             "--pod-eviction",
-            help="actuator: delete, eviction or soft-eviction [GANGPREEMPT_POD_EVICTION].",
+            help="actuator: eviction, delete or soft-eviction [GANGPREEMPT_POD_EVICTION].",
         ),
         click.option("--source", help="ingest: manifests or kubernetes [GANGPREEMPT_SOURCE]."),
         click.option(

@@ -26,20 +26,22 @@ RETRY_DELAY = 2.0
 EXIT_INVALID = 2
 
 
-async def provision_once(settings: Settings) -> None:
+async def provision_once(settings: Settings, force: bool = False) -> None:
     async with connected_with(settings, "gangpreempt-provision") as nc:
-        await provision_with(nc.jetstream(), settings)
+        await provision_with(nc.jetstream(), settings, force=force)
 
 
-async def run_provision(settings: Settings, timeout: float) -> bool:
-    """Provision, retrying until it succeeds (True) or ``timeout`` seconds pass (False)."""
+async def run_provision(settings: Settings, timeout: float, force: bool = False) -> bool:
+    """Provision, retrying until it succeeds (True) or ``timeout`` seconds pass (False).
+    ``InvalidInput`` at once when it would lower a stream's replicas and ``force`` is not
+    set (retrying cannot mend that)."""
     attempt = 0
     try:
         async with asyncio.timeout(timeout):
             while True:
                 attempt += 1
                 try:
-                    await provision_once(settings)
+                    await provision_once(settings, force)
                 except (Transient, OSError, nats.errors.Error) as exc:
                     log.warning(
                         "not provisioned yet, retrying",
@@ -67,7 +69,8 @@ async def run_provision(settings: Settings, timeout: float) -> bool:
     epilog="\b\nExamples:\n"
     "  GANGPREEMPT_NATS_USER=admin GANGPREEMPT_NATS_PASSWORD=... \\\n"
     "    gangpreempt provision --nats-url nats://nats:4222\n"
-    "  gangpreempt provision --stream-replicas 3 --timeout 300",
+    "  gangpreempt provision --stream-replicas 3 --timeout 300\n"
+    "  gangpreempt provision --stream-replicas 1 --force   # lower R3 streams to R1",
 )
 @click.option("--nats-url", help="NATS server URL [GANGPREEMPT_NATS_URL].")
 @click.option("--prefix", help="Subject and stream prefix [GANGPREEMPT_PREFIX].")
@@ -87,7 +90,13 @@ async def run_provision(settings: Settings, timeout: float) -> bool:
     show_default=True,
     help="Keep retrying while NATS comes up, at most this many seconds.",
 )
-def provision_command(timeout: float, **kwargs: Any) -> None:
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Lower the replicas of streams that have more than --stream-replicas (without "
+    "it, provision refuses and changes nothing).",
+)
+def provision_command(timeout: float, force: bool, **kwargs: Any) -> None:
     """Create the streams and buckets as an admin (GANGPREEMPT_NATS_USER / _PASSWORD),
     then exit: run it once before services that run with GANGPREEMPT_PROVISION=false."""
     try:
@@ -96,7 +105,13 @@ def provision_command(timeout: float, **kwargs: Any) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_INVALID)
     setup_logging("provision", settings.log_level)
-    sys.exit(0 if asyncio.run(run_provision(settings, timeout)) else 1)
+    try:
+        done = asyncio.run(run_provision(settings, timeout, force))
+    except InvalidInput as exc:
+        log.error("not provisioned", error=str(exc))
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+    sys.exit(0 if done else 1)
 
 
 __all__ = ["provision_command", "run_provision"]

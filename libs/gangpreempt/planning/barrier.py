@@ -20,6 +20,12 @@ class LiveObject(msgspec.Struct, frozen=True):
     holds_quota: bool = False
     pending: bool = False
     evicting: bool = False
+    # What the legitimacy checks read again at the source (planning/legitimacy.py,
+    # ``live_refusal``): the nodes its bound pods are on, and its own priority when it
+    # is one that decides alone (a Kueue Workload's spec.priority; a pod of no gang and
+    # no Kueue Workload), else None.
+    nodes: tuple[str, ...] = ()
+    priority: int | None = None
 
 
 def live_pods(ref: str, pods: list[Pod], uid: str = "", resource_version: str = "") -> LiveObject:
@@ -29,6 +35,7 @@ def live_pods(ref: str, pods: list[Pod], uid: str = "", resource_version: str = 
     if not pods:
         return LiveObject(ref=ref, exists=False)
     bound = [p for p in pods if p.running]
+    alone = len(pods) == 1 and not pods[0].group and not pods[0].kueue_workload
     return LiveObject(
         ref=ref,
         exists=True,
@@ -37,6 +44,8 @@ def live_pods(ref: str, pods: list[Pod], uid: str = "", resource_version: str = 
         holds_quota=bool(bound),
         pending=any(p.pending for p in pods),
         evicting=bool(bound) and all(p.terminating for p in bound),
+        nodes=tuple(sorted({p.node_name for p in bound})),
+        priority=pods[0].priority if alone else None,
     )
 
 
@@ -71,6 +80,7 @@ def live_workload(ref: str, wl: Workload | None) -> LiveObject:
         holds_quota=wl.holds_quota,
         pending=wl.is_pending,
         evicting=wl.is_evicting,
+        priority=wl.priority,
     )
 
 

@@ -50,7 +50,7 @@ victim's preemption priority, as kube-scheduler compares them (KEP-5710)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from gangpreempt import events
 from gangpreempt.errors import InvalidInput
@@ -60,6 +60,7 @@ from gangpreempt.model.priorities import group_priorities, pod_priority
 from gangpreempt.model.quantity import add_into
 from gangpreempt.model.queues import ANY, LOWER_OR_NEWER_EQUAL_PRIORITY, LOWER_PRIORITY
 from gangpreempt.model.workloads import Workload
+from gangpreempt.planning.barrier import LiveObject
 from gangpreempt.planning.nodeconfirm import preemptor_groups
 from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.preemption.capacity import CapacityQuotas
@@ -430,6 +431,40 @@ def illegitimate(
     return None
 
 
+def live_refusal(
+    p: events.PlanProposed, live: Mapping[str, LiveObject], node_level: bool
+) -> Refusal | None:
+    """The legitimacy checks the actuator runs once more on what the API server (the
+    source of truth) says, not on what ingest published: each victim taken on the nodes
+    has a live pod on the plan's nodes (a pod a lying ingest moved onto them is not
+    there), and each victim taken for its lower priority is below the preemptor at the
+    source, where both have a priority that decides alone (a Kueue Workload's, a pod's
+    outside any gang; a gang's comes from its classes, which the state resolved)."""
+    preemptor = live.get(p.preemptor)
+    ceiling = preemptor.priority if preemptor is not None else None
+    nodes = set(p.placement.values())
+    for v in p.victims:
+        kueue = v.object.startswith(WORKLOAD) and not node_level
+        if nodes and v.pods and not kueue:
+            there = {n for ref in v.pods if (lp := live.get(ref)) is not None for n in lp.nodes}
+            if there and not there & nodes:
+                return Refusal(
+                    OFF_PLACEMENT,
+                    f"live: victim {v.object} runs on {', '.join(sorted(there))}, none of the "
+                    "plan's nodes (the published state said otherwise)",
+                )
+        found = live.get(v.object)
+        if ceiling is None or found is None or found.priority is None:
+            continue
+        if v.rule in ("", LOWER) and found.priority >= ceiling:
+            return Refusal(
+                PRIORITY,
+                f"live: victim {v.object} has priority {found.priority}, not below "
+                f"{p.preemptor}'s {ceiling} (the published state said otherwise)",
+            )
+    return None
+
+
 def named_rules(
     state: ClusterState, preemptor: str, victims: Iterable[events.PlannedVictim]
 ) -> dict[str, str]:
@@ -456,6 +491,7 @@ __all__ = [
     "Refusal",
     "cohort_root",
     "illegitimate",
+    "live_refusal",
     "named_rules",
     "outside_cohort",
     "protected_namespaces",

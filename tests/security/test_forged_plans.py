@@ -32,7 +32,7 @@ from services.actuator.driving import Driver
 from services.quota.nodes import NodeBook
 from tests.builders import T0, admitted, cluster_queue, pending, quota, state
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.unit  # pure: no server (the attack suite keeps it beside the others)
 GPU = "nvidia.com/gpu"
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PROTECTED = ("kube-system", "gangpreempt")
