@@ -213,12 +213,29 @@ def test_the_paths_compose_mounts_exist(compose: dict[str, Any]) -> None:
     for name, svc in compose["services"].items():
         for volume in svc.get("volumes", []):
             source = interpolate(volume, {}).split(":")[0]
-            if source.startswith(".") and not source.endswith("kubeconfig"):
+            if source.startswith(".") and "/kubeconfig-" not in source:  # made by a script
                 assert (ROOT / source).exists(), f"{name}: {source}"
 
 
 def test_dotenv_and_kubeconfig_are_git_ignored() -> None:
     ignored = (ROOT / ".gitignore").read_text().splitlines()
     assert ".env" in ignored
-    assert "deploy/kubeconfig" in ignored
+    assert "deploy/kubeconfig-ingest" in ignored
+    assert "deploy/kubeconfig-actuator" in ignored
+
+
+def test_ingest_and_the_actuator_mount_kubeconfigs_of_their_own(compose: dict[str, Any]) -> None:
+    """Two identities, as on Kubernetes: ingest's read-only one is never the actuator's,
+    and the script that makes them exists."""
+    sources = {
+        name: interpolate(compose["services"][name]["volumes"][0], {}).split(":")[0]
+        for name in ("ingest", "actuator")
+    }
+    assert sources == {
+        "ingest": "./deploy/kubeconfig-ingest",
+        "actuator": "./deploy/kubeconfig-actuator",
+    }
+    script = (ROOT / "tools" / "compose-kubeconfigs.sh").read_text()
+    assert "deploy/k8s/ingest-rbac.yaml" in script
+    assert 'config unset "users.$yours"' in script  # no credential of the operator's
     assert Path(ENV_EXAMPLE).exists()

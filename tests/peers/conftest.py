@@ -40,7 +40,7 @@ RBAC_KINDS = {
 # What the tests run: the base's RBAC files, the component of act mode (the services here
 # place pods) and the base's admission policy on the actuator's pod writes.
 DEPLOY_FILES = (
-    "ingest.yaml",
+    "ingest-rbac.yaml",
     "actuator-rbac.yaml",
     "components/act/rbac.yaml",
     "actuator-policy.yaml",

@@ -8,12 +8,33 @@ decode, is an event of a type that does not belong on its subject, or the handle
 (the decode error's field path), the event type and id. The loop never dies: not on a bad
 message, and not while NATS is away (a fetch or a settlement that fails is logged and
 the loop goes on; what was not acknowledged comes back after the consumer's AckWait).
+
+Batches (issue 25): nothing fetched is redelivered while it is still being worked on,
+and no replica hoards what another could take.
+
+- *Keep-alive.* While a batch is handled, every message of it not yet settled (waiting
+  for its turn, or in its handler) is reported in progress (``msg.in_progress()``, the
+  "working" ack, which restarts its AckWait) every ``KEEP_ALIVE`` x AckWait: from a
+  timer while the handlers await, and before each message starts (a handler that
+  blocks the loop stops the timer; the report before the next message then goes out,
+  and the loop turns once so the client writes it and the acks before it). A single
+  message whose handler holds the loop longer than AckWait cannot be helped here.
+- *HOLD.* A held message is the handler's: the keep-alive stops for it when the
+  handler returns ``HOLD``. The handler settles it, and reports it in progress itself
+  if it means to hold it longer than AckWait; a hold that is forgotten then comes back
+  after AckWait instead of being kept alive for good.
+- *Batch size.* The consumer keeps an EWMA of the wall-clock seconds a batch took per
+  message (handlers interleaved up to ``concurrency``) and fetches what it can handle
+  in ``BATCH_BUDGET`` x AckWait: between 1 and ``batch`` (all of ``batch`` until the
+  first measurement). AckWait is read from the server when binding (an admin
+  configured it; ``ack_wait`` here is only what a consumer this side creates gets).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,6 +56,10 @@ from gangpreempt.waiting import sleep_or_stop
 log = structlog.get_logger("gangpreempt.bus")
 
 HOLD = object()  # returned by a handler that settles the message itself later
+
+KEEP_ALIVE = 0.25  # x AckWait: how often an unsettled message of a batch is kept alive
+BATCH_BUDGET = 0.1  # x AckWait: how long a batch should take, by the measured rate
+EWMA_WEIGHT = 0.3  # of the last batch's seconds per message in the running estimate
 
 
 class Delivery:
@@ -144,6 +169,53 @@ def backoff(num_delivered: int) -> float:
     return float(min(5.0, 0.2 * 2 ** max(0, num_delivered - 1)))
 
 
+def batch_size(per_message: float | None, ack_wait: float, batch: int) -> int:
+    """How many messages to fetch: what ``per_message`` seconds each lets a batch handle
+    in ``BATCH_BUDGET`` x ``ack_wait``, between 1 and ``batch`` (``batch`` before any
+    measurement)."""
+    if per_message is None:
+        return batch
+    fits = int(ack_wait * BATCH_BUDGET / max(per_message, 1e-9))
+    return max(1, min(batch, fits))
+
+
+class KeepAlive:
+    """The messages of a batch not yet settled, reported in progress to JetStream (which
+    restarts their AckWait) once every ``period`` seconds at most."""
+
+    def __init__(self, msgs: list[Msg], period: float) -> None:
+        self.unsettled: dict[int, Msg] = dict(enumerate(msgs))
+        self.period = period
+        self.last = time.monotonic()  # the fetch: AckWait started then
+        self.sent = 0
+
+    def settled(self, index: int) -> None:
+        """The message is acked, nak'd, termed, held by its handler or left to AckWait."""
+        self.unsettled.pop(index, None)
+
+    async def beat(self) -> None:
+        """Report the unsettled messages in progress if a period has passed, then let the
+        loop turn once (the client writes the reports and acks before the next handler,
+        which may hold the loop, starts)."""
+        now = time.monotonic()
+        if self.unsettled and now - self.last >= self.period:
+            self.last = now
+            for msg in list(self.unsettled.values()):
+                try:
+                    await msg.in_progress()
+                except Exception as exc:  # NATS away: it comes back after AckWait
+                    log.debug("in-progress report failed", subject=msg.subject, error=repr(exc))
+                else:
+                    self.sent += 1
+        await asyncio.sleep(0)
+
+    async def ticking(self) -> None:
+        """Beat on time for as long as the batch's handlers await (cancelled after it)."""
+        while True:
+            await asyncio.sleep(max(0.001, self.last + self.period - time.monotonic()))
+            await self.beat()
+
+
 class Consumer:
     """One durable pull consumer on ``subjects`` of ``stream``, dispatching to ``handler``."""
 
@@ -181,6 +253,8 @@ class Consumer:
         self.dead_letters = DeadLetters(nc, topology, service)
         self._psub: Any = None
         self.ready = asyncio.Event()
+        self.per_message: float | None = None  # EWMA of a batch's seconds per message
+        self.kept_alive = 0  # in-progress reports sent
 
     async def settled(self, timeout: float = 2.0) -> None:
         """Wait until every message already stored for this consumer has been handled and
@@ -224,10 +298,11 @@ class Consumer:
                 if await sleep_or_stop(stop, 0.5):
                     return
         psub = self._psub
+        await self._read_ack_wait(psub)
         self.ready.set()
         while not stop.is_set():
             try:
-                msgs = await psub.fetch(self.batch, timeout=0.5)
+                msgs = await psub.fetch(self.fetch_size(), timeout=0.5)
             except (TimeoutError, NatsTimeoutError):
                 metrics.idle(self.durable)
                 continue
@@ -242,29 +317,65 @@ class Consumer:
         self._psub = None
         self.ready.clear()
 
+    async def _read_ack_wait(self, psub: Any) -> None:
+        """Take the consumer's AckWait from the server (a bound consumer's is whatever
+        its provisioner gave it); keep ``ack_wait`` if the server does not say."""
+        try:
+            info = await psub.consumer_info()
+            ack_wait = float(info.config.ack_wait or 0)
+        except Exception as exc:
+            log.warning("cannot read the consumer's AckWait", durable=self.durable, error=repr(exc))
+            return
+        if ack_wait > 0:
+            self.ack_wait = ack_wait
+
+    def fetch_size(self) -> int:
+        """The next fetch's size: what the measured rate handles in a fraction of AckWait."""
+        return batch_size(self.per_message, self.ack_wait, self.batch)
+
+    def _measured(self, count: int, seconds: float) -> None:
+        sample = seconds / count
+        if self.per_message is None:
+            self.per_message = sample
+        else:
+            self.per_message += EWMA_WEIGHT * (sample - self.per_message)
+
     async def _process_batch(self, msgs: list[Msg], stop: asyncio.Event) -> None:
         """Handle a batch, up to ``concurrency`` messages at a time (handlers must then be
-        safe to interleave at their awaits)."""
+        safe to interleave at their awaits), keeping its unsettled messages alive."""
+        started = time.monotonic()
+        keep = KeepAlive(msgs, self.ack_wait * KEEP_ALIVE)
+        ticker = asyncio.ensure_future(keep.ticking())
 
-        async def one(msg: Msg) -> None:
-            if stop.is_set():
-                # Shutting down: give the rest back at once, not after AckWait.
-                with contextlib.suppress(Exception):
-                    await msg.nak()
-                return
-            await self.process(msg)
+        async def one(index: int, msg: Msg) -> None:
+            try:
+                if stop.is_set():
+                    # Shutting down: give the rest back at once, not after AckWait.
+                    with contextlib.suppress(Exception):
+                        await msg.nak()
+                    return
+                await keep.beat()
+                await self.process(msg)
+            finally:
+                keep.settled(index)
 
-        if self.concurrency <= 1:
-            for msg in msgs:
-                await one(msg)
-            return
-        gate = asyncio.Semaphore(self.concurrency)
+        try:
+            if self.concurrency <= 1:
+                for index, msg in enumerate(msgs):
+                    await one(index, msg)
+            else:
+                gate = asyncio.Semaphore(self.concurrency)
 
-        async def gated(msg: Msg) -> None:
-            async with gate:
-                await one(msg)
+                async def gated(index: int, msg: Msg) -> None:
+                    async with gate:
+                        await one(index, msg)
 
-        await asyncio.gather(*(gated(m) for m in msgs))
+                await asyncio.gather(*(gated(i, m) for i, m in enumerate(msgs)))
+        finally:
+            ticker.cancel()  # it only sleeps and reports: nothing to wait for
+            self.kept_alive += keep.sent
+        if msgs and not stop.is_set():
+            self._measured(len(msgs), time.monotonic() - started)
 
     async def process(self, msg: Msg) -> None:
         try:
@@ -340,4 +451,13 @@ class Consumer:
                 await msg.ack()
 
 
-__all__ = ["HOLD", "Consumer", "DeadLetters", "Delivery", "Handler", "backoff"]
+__all__ = [
+    "HOLD",
+    "Consumer",
+    "DeadLetters",
+    "Delivery",
+    "Handler",
+    "KeepAlive",
+    "backoff",
+    "batch_size",
+]
