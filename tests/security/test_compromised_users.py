@@ -1,6 +1,11 @@
-"""Per-service NATS users against a real nats-server: each service may publish its own
-events and dead letters, use its own consumer and buckets, and nothing else; nobody but
-the admin reads the dead letters."""
+"""The attack suite's NATS part: each service's user as a compromised service would use
+it, against a real nats-server on the generated configuration. Each service may publish
+its own events and dead letters, use its own consumer and buckets, and nothing else:
+forged events of another service, plan record and lease writes it does not own, consumer
+creation, widening or redirection, a whole-bucket purge or roll-up, reading the dead
+letters (the admin's alone), asking victims to explain, filling the streams past their
+limits: each is refused. (The rogue route: ``test_rogue_route.py``; a lying ingest:
+``test_lying_ingest.py``; forged plans: ``test_forged_plans.py``.)"""
 
 from __future__ import annotations
 
