@@ -267,8 +267,13 @@ def test_each_pod_reads_only_its_own_password(rendered: list[dict[str, Any]]) ->
         "nats-tls/ca.crt",
     }
     nats = named(rendered, "StatefulSet", "nats")["spec"]["template"]["spec"]
-    # nats.conf reads every password's hash (never a password) and its certificate
-    assert secret_references(nats) == {"nats-password-hashes/*", "nats-tls/*"}
+    # nats.conf reads every password's hash (never a client's password), its certificate
+    # and the route user's password (its routes log in with it)
+    assert secret_references(nats) == {
+        "nats-password-hashes/*",
+        "nats-tls/*",
+        "nats-passwords/NATS_ROUTE_PASSWORD",
+    }
 
 
 def test_provision_job_makes_replicated_streams(rendered: list[dict[str, Any]]) -> None:

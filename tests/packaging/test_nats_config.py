@@ -41,10 +41,15 @@ from gangpreempt.bus.serverconfig import (
     KUBERNETES_TLS,
     MONITOR_HOST,
     MONITOR_PORT,
+    ROUTE_HASH_VARIABLE,
+    ROUTE_USER,
     STORE_DIR,
     TLS_DIR,
     compose_config,
     kubernetes_config,
+    kubernetes_routes,
+    route_url,
+    route_variable,
 )
 from gangpreempt.cli import cli
 from gangpreempt.cli.natsconfig import hash_lines
@@ -61,17 +66,19 @@ USERS = (ADMIN, *SERVICES)
 
 
 def passwords() -> dict[str, str]:
-    return {user: "p" + secrets.token_hex(16) for user in USERS}
+    return {user: "p" + secrets.token_hex(16) for user in (*USERS, ROUTE_USER)}
 
 
 def hash_env(values: dict[str, str]) -> dict[str, str]:
     """What nats-server gets: each user's bcrypt hash, as an environment variable holds it
     (the lowest cost: these tests log in often)."""
-    return {hash_variable(u): hash_value(hash_password(values[u], cost=4)) for u in USERS}
+    users = [u for u in (*USERS, ROUTE_USER) if u in values]
+    return {hash_variable(u): hash_value(hash_password(values[u], cost=4)) for u in users}
 
 
 def authorization(conf: str) -> str:
-    return conf[conf.index("authorization {") :]
+    """The users' block (at the top level; the cluster block has the route user's)."""
+    return conf[conf.index("\nauthorization {") + 1 :]
 
 
 def test_committed_configs_are_the_generated_ones() -> None:
@@ -108,13 +115,28 @@ def test_kubernetes_config_matches_the_statefulset(rendered: list[dict[str, Any]
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["publishNotReadyAddresses"] is True
     replicas = sts["spec"]["replicas"]
-    routes = re.findall(r'"nats://([^"]+)"', K8S_CONF.read_text())
-    assert routes == [
-        f"{sts['metadata']['name']}-{i}.{headless['metadata']['name']}:{CLUSTER_PORT}"
-        for i in range(replicas)
-    ]
+    conf = K8S_CONF.read_text()
+    # One route per pod, each an environment variable the StatefulSet composes from the
+    # route password (Secret nats-passwords) and the pod's name through the headless
+    # Service; the server checks peers against the password's hash (route authorization).
+    routes = re.findall(r"^    \$(NATS_ROUTE_\d+)$", conf, re.M)
+    assert routes == [route_variable(i) for i in range(replicas)]
+    cluster = conf[conf.index("cluster {") : conf.index("\nauthorization {")]
+    assert f"user: {ROUTE_USER}" in cluster
+    assert f"password: ${ROUTE_HASH_VARIABLE}" in cluster
     pod = sts["spec"]["template"]["spec"]
     (c,) = pod["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NATS_ROUTE_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "nats-passwords",
+        "key": password_variable(ROUTE_USER),
+    }
+    for i, name in enumerate(routes):
+        host = f"{sts['metadata']['name']}-{i}.{headless['metadata']['name']}:{CLUSTER_PORT}"
+        assert env[name]["value"] == route_url(f"nats://{host}", "$(NATS_ROUTE_PASSWORD)")
+    # defined after the password: Kubernetes expands $(VAR) from the variables above it
+    names = list(env)
+    assert all(names.index("NATS_ROUTE_PASSWORD") < names.index(r) for r in routes)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     # The monitoring port is on the pod's loopback address only: no port, no Service for
     # it; the probes ask it from inside the container.
@@ -176,10 +198,15 @@ def with_certificates(path: Path, where: Path) -> Path:
 
 @pytest.mark.parametrize("path", [COMPOSE_CONF, K8S_CONF], ids=["compose", "kubernetes"])
 def test_nats_server_accepts_the_config(path: Path, tmp_path: Path) -> None:
+    values = passwords()
     env = {
-        **hash_env(passwords()),
+        **hash_env(values),
         "POD_NAME": "nats-0",
         ADVERTISE_VARIABLE: f"nats-0.nats-headless:{CLUSTER_PORT}",
+        **{
+            route_variable(i): route_url(url, values[ROUTE_USER])
+            for i, url in enumerate(kubernetes_routes(3))
+        },
     }
     result = nats_test(with_certificates(path, tmp_path), env)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -353,10 +380,17 @@ def test_the_hash_command_fills_in_an_env_file(tmp_path: Path) -> None:
         assert set(hashes) == {hash_variable(u) for u in USERS}  # each once
         for user in USERS:
             assert hashes[hash_variable(user)].startswith('"$2b$'), user
-    # Kubernetes: kubectl takes the value as written, double quotes included.
+    # Kubernetes: kubectl takes the value as written, double quotes included; the route
+    # user's password is needed there too (the NATS pods log in to each other with it).
+    result = runner.invoke(cli, ["nats-config", "hash", "--from-env-file", str(dotenv)])
+    assert result.exit_code == 2
+    assert password_variable(ROUTE_USER) in result.output
+    with dotenv.open("a") as f:
+        f.write(f"{password_variable(ROUTE_USER)}={values[ROUTE_USER]}\n")
     result = runner.invoke(cli, ["nats-config", "hash", "--from-env-file", str(dotenv)])
     assert result.exit_code == 0, result.output
     assert all(re.match(r'^NATS_[A-Z]+_PASSWORD_HASH="\$2b\$', x) for x in result.stdout.split())
+    assert f"{hash_variable(ROUTE_USER)}=" in result.stdout
     # One password from standard input.
     result = runner.invoke(cli, ["nats-config", "hash"], input="secret\n")
     assert result.exit_code == 0, result.output

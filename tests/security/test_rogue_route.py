@@ -38,9 +38,12 @@ from gangpreempt.bus.permissions import ADMIN, env_authorization, password_varia
 from gangpreempt.bus.server import nats_server_binary
 from gangpreempt.bus.serverconfig import (
     ADVERTISE_VARIABLE,
+    ROUTE_USER,
     TlsFiles,
     client_tls_block,
     cluster_block,
+    route_url,
+    route_variable,
     server_block,
 )
 from gangpreempt.cli.natsconfig import hash_lines
@@ -49,7 +52,7 @@ from tests.waiting import until
 pytestmark = pytest.mark.integration
 TOPOLOGY = Topology("gp")  # the prefix of the deployments
 USERS = (ADMIN, *SERVICES)
-PASSWORDS = {user: f"p{user}{os.getpid()}" for user in USERS}
+PASSWORDS = {user: f"p{user}{os.getpid()}" for user in (*USERS, ROUTE_USER)}
 
 
 class Process:
@@ -113,7 +116,7 @@ def certificate(ca: trustme.CA, name: str, where: Path) -> TlsFiles:
 def hashes_as_kubectl_reads_them() -> dict[str, str]:
     """The environment ``kubectl create secret --from-env-file`` makes of the lines of
     ``gangpreempt nats-config hash``: each value verbatim, quotes included."""
-    lines = hash_lines({password_variable(u): PASSWORDS[u] for u in USERS}, "kubernetes")
+    lines = hash_lines({password_variable(u): p for u, p in PASSWORDS.items()}, "kubernetes")
     return dict(line.split("=", 1) for line in lines.splitlines())
 
 
@@ -130,6 +133,14 @@ class Cluster:
     @property
     def routes(self) -> list[str]:
         return [f"nats://localhost:{p}" for p in self.route_ports]
+
+    def route_env(self) -> dict[str, str]:
+        """Each route's URL with the route user's credentials, as the StatefulSet makes
+        them (``NATS_ROUTE_<i>``)."""
+        return {
+            route_variable(i): route_url(url, PASSWORDS[ROUTE_USER])
+            for i, url in enumerate(self.routes)
+        }
 
     def url(self, i: int) -> str:
         return f"tls://localhost:{self.client_ports[i]}"
@@ -170,10 +181,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                     max_file_store=1 << 40,
                 )
                 + client_tls_block(found.tls)
-                + cluster_block(found.routes, found.tls, port=found.route_ports[i])
+                + cluster_block(
+                    [f"${name}" for name in found.route_env()],
+                    found.tls,
+                    port=found.route_ports[i],
+                )
                 + env_authorization(TOPOLOGY)
             )
-            env = {**hashes, ADVERTISE_VARIABLE: f"localhost:{found.route_ports[i]}"}
+            env = {
+                **hashes,
+                **found.route_env(),
+                ADVERTISE_VARIABLE: f"localhost:{found.route_ports[i]}",
+            }
             found.members.append(Process(workdir, f"n{i}", text, env))
         for i, member in enumerate(found.members):
             wait_healthy(found.monitors[i], member)
@@ -205,26 +224,43 @@ async def test_the_cluster_forms_over_tls_and_clients_must_speak_tls(cluster: Cl
             await writer.wait_closed()
 
 
-ROGUES = ["without-tls", "another-ca", "our-ca-another-name"]
+ROGUES = ["without-tls", "another-ca", "our-ca-another-name", "our-certificate-no-password"]
 
 
 def rogue_config(kind: str, cluster: Cluster, port: int) -> str:
-    """An anonymous server (no users) that tries to route to the cluster."""
+    """An anonymous server (no users) that tries to route to the cluster: without TLS,
+    with a certificate the cluster does not take, or with the cluster's own certificate
+    (its key stolen) or one the cluster's CA signed for another name, but without the
+    route password (route authorization: it needs both)."""
     route_port = free_port()
-    if kind == "without-tls":
-        routes = ", ".join(f'"{r}"' for r in cluster.routes)
+    if kind == "without-tls":  # with the password
+        routes = ", ".join(f'"{route_url(r, PASSWORDS[ROUTE_USER])}"' for r in cluster.routes)
         return (
             f"port: {port}\n"
             f"cluster {{\n  name: gangpreempt\n  port: {route_port}\n  routes: [{routes}]\n}}\n"
         )
     where = cluster.workdir / f"rogue-{kind}"
+    if kind == "our-certificate-no-password":
+        return f"port: {port}\n" + cluster_block(
+            cluster.routes,
+            cluster.tls,
+            port=route_port,
+            advertise=f"localhost:{route_port}",
+            authorization=None,
+        )
     if kind == "another-ca":
         tls = certificate(trustme.CA(), "localhost", where)
     else:  # signed by the cluster's CA (a stolen signing), for a name off the routes
         tls = certificate(cluster.ca, "rogue.example", where)
         # it trusts the cluster's certificate, so its own TLS handshake succeeds
+    # another CA: even with the password; the cluster's CA: without it
+    routes = (
+        [route_url(u, PASSWORDS[ROUTE_USER]) for u in cluster.routes]
+        if kind == "another-ca"
+        else cluster.routes
+    )
     return f"port: {port}\n" + cluster_block(
-        cluster.routes, tls, port=route_port, advertise=f"localhost:{route_port}"
+        routes, tls, port=route_port, advertise=f"localhost:{route_port}", authorization=None
     )
 
 

@@ -11,8 +11,15 @@ loopback address only (the probes run inside the NATS container).
 
 Kubernetes adds TLS from the Secret ``nats-tls`` (``tls.crt``, ``tls.key``, ``ca.crt``):
 clients must start TLS at once (``handshake_first``), and cluster routes are mutual TLS
-where a peer gets in only with a certificate from the same CA that names one of the
-routes (``verify_cert_and_check_known_urls``): a server without it cannot join.
+(a peer presents a certificate from the same CA: ``verify``) with route authorization: a
+peer logs in as the route user with the route password (``NATS_ROUTE_PASSWORD``; the
+server checks its bcrypt hash, ``NATS_ROUTE_PASSWORD_HASH``). Both are needed: a server
+without the certificate, or without the password, cannot join. (nats-server skips the
+route password when it checks the peer certificate's names, ``verify_cert_and_check_
+known_urls``, so the names are not checked: the password is the second factor.) A route
+carries its credentials in its URL, so each route URL is an environment variable too
+(``NATS_ROUTE_<i>``), which the StatefulSet composes from the Secret: the password is
+never in this file.
 """
 
 from __future__ import annotations
@@ -42,6 +49,14 @@ TLS_DIR = "/etc/nats-tls"  # the Secret nats-tls, mounted in the NATS pods
 # The host:port a NATS pod gives its peers for routes: a name on its certificate
 # (``$(POD_NAME).nats-headless:6222``, set by the StatefulSet), not its pod IP.
 ADVERTISE_VARIABLE = "NATS_CLUSTER_ADVERTISE"
+# Route authorization: the user a peer logs in as, and where its password's hash is.
+ROUTE_USER = "route"
+ROUTE_HASH_VARIABLE = hash_variable(ROUTE_USER)  # NATS_ROUTE_PASSWORD_HASH
+
+
+def route_variable(index: int) -> str:
+    """The environment variable holding route ``index``'s URL with its credentials."""
+    return f"NATS_ROUTE_{index}"
 
 
 class TlsFiles(msgspec.Struct, frozen=True):
@@ -118,24 +133,35 @@ def cluster_block(
     port: int = CLUSTER_PORT,
     name: str = CLUSTER_NAME,
     advertise: str = f"${ADVERTISE_VARIABLE}",
+    authorization: str | None = f"${ROUTE_HASH_VARIABLE}",
 ) -> str:
-    """Routes to ``routes``, authorized by mutual TLS: a peer must present a certificate
-    signed by ``tls.ca`` whose DNS name matches one of ``routes``. A route cannot carry
-    a password without writing it into this file (nats-server takes a route's
-    credentials from its URL only), so the certificate is the route's credential."""
-    urls = "".join(f'    "{url}"\n' for url in routes)
+    """Routes to ``routes`` (URLs, or ``$VARIABLE`` references to URLs that carry the
+    route credentials), authorized twice: mutual TLS, where a peer must present a
+    certificate signed by ``tls.ca``, and, with ``authorization`` (a reference to the
+    route password's bcrypt hash), the route user's password."""
+    urls = "".join(f"    {url}\n" if url.startswith("$") else f'    "{url}"\n' for url in routes)
+    login = (
+        "  authorization {  # a peer logs in as the route user (NATS_ROUTE_PASSWORD)\n"
+        f"    user: {ROUTE_USER}\n"
+        f"    password: {authorization}\n"
+        "    timeout: 5\n"
+        "  }\n"
+        if authorization
+        else ""
+    )
     return (
         "cluster {\n"
         f"  name: {name}\n"
         f"  port: {port}\n"
         f"  advertise: {advertise}\n"
         "  no_advertise: true  # clients keep to the Service name their certificate check uses\n"
-        "  tls {  # routes: mutual TLS, and the peer's certificate names one of the routes\n"
+        "  tls {  # routes: mutual TLS, the peer's certificate signed by the same CA\n"
         f"{_tls_files(tls, '    ')}"
-        "    verify_cert_and_check_known_urls: true\n"
+        "    verify: true\n"
         "    timeout: 5\n"
         "  }\n"
-        "  routes: [\n"
+        f"{login}"
+        "  routes: [  # each with the route user's credentials, from the environment\n"
         f"{urls}"
         "  ]\n"
         "}\n"
@@ -152,8 +178,15 @@ def compose_config(topology: Topology) -> str:
 
 
 def kubernetes_routes(replicas: int = 3) -> list[str]:
-    """Every pod's route URL, through the headless Service."""
+    """Every pod's route URL, through the headless Service (without credentials: the
+    configuration refers to ``route_variable(i)``, this URL with them)."""
     return [f"nats://{STATEFULSET}-{i}.{HEADLESS_SERVICE}:{CLUSTER_PORT}" for i in range(replicas)]
+
+
+def route_url(url: str, password: str, user: str = ROUTE_USER) -> str:
+    """``url`` with the route credentials (what ``route_variable(i)`` holds)."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{user}:{password}@{rest}"
 
 
 def kubernetes_config(topology: Topology, replicas: int = 3) -> str:
@@ -163,12 +196,14 @@ def kubernetes_config(topology: Topology, replicas: int = 3) -> str:
         _header(
             "gangpreempt nats-config kubernetes",
             "the Kubernetes StatefulSet",
-            f"# and its route address, ${ADVERTISE_VARIABLE}; the certificates are the Secret\n"
-            f'# nats-tls, mounted at {TLS_DIR} (docs/kubernetes.md, "NATS").\n',
+            f"# and its route address, ${ADVERTISE_VARIABLE}; the route password's hash,\n"
+            f"# ${ROUTE_HASH_VARIABLE}, and each route's URL with its credentials,\n"
+            f"# ${route_variable(0)}...; the certificates are the Secret nats-tls, mounted at\n"
+            f'# {TLS_DIR} (docs/kubernetes.md, "NATS").\n',
         )
         + server_block("$POD_NAME")
         + client_tls_block(KUBERNETES_TLS)
-        + cluster_block(kubernetes_routes(replicas), KUBERNETES_TLS)
+        + cluster_block([f"${route_variable(i)}" for i in range(replicas)], KUBERNETES_TLS)
         + env_authorization(topology)
     )
 
@@ -182,6 +217,8 @@ __all__ = [
     "KUBERNETES_TLS",
     "MONITOR_HOST",
     "MONITOR_PORT",
+    "ROUTE_HASH_VARIABLE",
+    "ROUTE_USER",
     "STORE_DIR",
     "TLS_DIR",
     "TlsFiles",
@@ -190,5 +227,7 @@ __all__ = [
     "compose_config",
     "kubernetes_config",
     "kubernetes_routes",
+    "route_url",
+    "route_variable",
     "server_block",
 ]

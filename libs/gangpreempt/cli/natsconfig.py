@@ -21,7 +21,7 @@ from gangpreempt.bus.permissions import (
     hash_variable,
     password_variable,
 )
-from gangpreempt.bus.serverconfig import compose_config, kubernetes_config
+from gangpreempt.bus.serverconfig import ROUTE_USER, compose_config, kubernetes_config
 from gangpreempt.config import load_settings
 from gangpreempt.errors import InvalidInput
 
@@ -54,9 +54,11 @@ def _quoted(hashed: str, target: str) -> str:
 
 
 def hash_lines(passwords: dict[str, str], target: str) -> str:
-    """``NATS_<USER>_PASSWORD_HASH=...`` for every user, from the file's passwords."""
+    """``NATS_<USER>_PASSWORD_HASH=...`` for every user, from the file's passwords (on
+    Kubernetes also the route user's: the NATS pods log in to each other with it)."""
     lines = []
-    for user in (ADMIN, *SERVICES):
+    routes = (ROUTE_USER,) if target == "kubernetes" else ()
+    for user in (ADMIN, *SERVICES, *routes):
         variable = password_variable(user)
         password = passwords.get(variable, "")
         if not password:
