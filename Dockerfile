@@ -3,7 +3,9 @@
 #   docker run --rm gangpreempt:0.1.0 serve quota      # serve ingest|quota|victims|actuator
 # Settings are GANGPREEMPT_* environment variables (README, "Configuration").
 
-ARG PYTHON_IMAGE=python:3.11-slim
+# The Python the tests run on; the dependencies pinned by requirements.lock
+# (tools/lock_runtime.py): an image built today and one built next month hold the same code.
+ARG PYTHON_IMAGE=python:3.11.7-slim
 
 # --- build: the project as a wheel, installed with its dependencies into /opt/venv ---
 FROM ${PYTHON_IMAGE} AS build
@@ -11,12 +13,12 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY libs ./libs
 COPY services ./services
 RUN /opt/venv/bin/pip install --upgrade pip \
  && /opt/venv/bin/pip wheel --no-deps --wheel-dir /wheels . \
- && /opt/venv/bin/pip install /wheels/*.whl
+ && /opt/venv/bin/pip install --constraint requirements.lock /wheels/*.whl
 
 # --- runtime: the venv only, run as an unprivileged numeric user ---
 FROM ${PYTHON_IMAGE}

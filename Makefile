@@ -29,8 +29,8 @@ test-peers: $(STAMP) peers ## the tests against the real control plane (tests/pe
 	$(BIN)/pytest -m peers tests/peers
 
 lint: $(STAMP) ## ruff and mypy --strict
-	$(BIN)/ruff check libs services tests bench
-	$(BIN)/ruff format --check libs services tests bench
+	$(BIN)/ruff check libs services tests bench tools
+	$(BIN)/ruff format --check libs services tests bench tools
 	$(BIN)/mypy
 
 demo: $(STAMP) ## run the four services on the bundled scenario until settled

@@ -71,7 +71,7 @@ def exec_form(stage: list[Instruction], keyword: str) -> list[str]:
 
 def test_two_slim_stages_and_only_the_venv_is_copied_over() -> None:
     build, final = stages()
-    assert all(base_image(s[0][1]) == "python:3.11-slim" for s in (build, final))
+    assert all(base_image(s[0][1]) == "python:3.11.7-slim" for s in (build, final))
     assert " AS build" in build[0][1]
     copies = [args for k, args in final if k == "COPY"]
     assert copies == ["--from=build /opt/venv /opt/venv"]
@@ -174,6 +174,7 @@ def test_build_context_holds_what_the_build_copies_and_no_secret() -> None:
         ".git/config",
         ".venv/bin/python",
         "deploy/kubeconfig",
+        "deploy/kubeconfig-actuator",
         "deploy/k8s/nats-passwords.env",
         "some/where/kubeconfig",
         "local.env",
@@ -202,3 +203,25 @@ def test_build_context_holds_what_the_build_copies_and_no_secret() -> None:
     needed |= {d for d in project["tool"]["setuptools"]["packages"]["find"]["where"] if d != "."}
     needed.add("services")  # found from "." by the services* pattern
     assert needed <= {s.rstrip("/") for s in sources}
+
+
+def test_the_image_installs_pinned_dependencies() -> None:
+    """requirements.lock pins every distribution gangpreempt needs at run time (its
+    dependencies' closure, by name; ``tools/lock_runtime.py`` writes it) and nothing
+    else, and the build installs with it as constraints; the base images are pinned to
+    a patch release."""
+    from tools.lock_runtime import runtime_closure
+
+    lock = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", version), line
+            lock[name] = version
+    assert set(lock) == set(runtime_closure()), "requirements.lock is stale: run " + (
+        "`.venv/bin/python tools/lock_runtime.py > requirements.lock`"
+    )
+    build = stages()[0]
+    assert any(k == "RUN" and "--constraint requirements.lock" in a for k, a in build)
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^ARG PYTHON_IMAGE=python:\d+\.\d+\.\d+-slim$", text, re.M)
