@@ -108,6 +108,20 @@ def dense_state(
     return state, refs
 
 
+def dense_scenario(
+    work: Path, nodes: int, pods_per_node: int
+) -> tuple[ClusterState, list[dict[str, Any]]]:
+    """``dense_state`` written where ingest reads it (``work/scenario/cluster.json``, one
+    JSON List, as ``kubectl get -o json`` writes it): the state and its objects."""
+    scenario = work / "scenario"
+    scenario.mkdir(parents=True, exist_ok=True)
+    state, _refs = dense_state(nodes, pods_per_node, gangs8=0, gangs64=0)
+    items = objects(state)
+    with open(scenario / "cluster.json", "w", encoding="utf-8") as fh:
+        json.dump(as_list(items), fh)
+    return state, items
+
+
 def write(items: list[dict[str, Any]], out: Path, fmt: str) -> None:
     with open(out, "w", encoding="utf-8") as fh:
         if fmt == "json":

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import re
 import socket
 import subprocess
@@ -45,7 +44,7 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
 
-from bench.density import as_list, dense_state, objects
+from bench.density import dense_scenario
 from bench.processes import service_env
 from bench.scale import gang, proc_stats, upsert
 from bench.stats import environment, stats_ms, write_result
@@ -351,11 +350,7 @@ def run(
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gp-flood-"))
     scenario = work / "scenario"
-    scenario.mkdir()
-    state, _refs = dense_state(nodes, pods_per_node, gangs8=0, gangs64=0)
-    items = objects(state)
-    with open(scenario / "cluster.json", "w", encoding="utf-8") as fh:
-        json.dump(as_list(items), fh)
+    state, _items = dense_scenario(work, nodes, pods_per_node)
     server = NatsServer(str(work / "nats")).start()
     topology = Topology("flood")
     env = service_env(server.url, topology.prefix, scenario, sim="false", sink="log")

@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import contextlib
 import itertools
-import json
 import os
 import random
 import subprocess
@@ -42,7 +41,7 @@ from nats.js.api import DeliverPolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
 
-from bench.density import as_list, dense_state, objects
+from bench.density import dense_scenario
 from bench.processes import service_env, start_services, stop_services
 from bench.stats import environment, stats_ms, write_result
 from bench.victims import NODE_GPUS, requests
@@ -301,11 +300,7 @@ async def measure(
 def run_size(nodes: int, pods_per_node: int, n: int, rate: float, timeout: float) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gp-scale-"))
     scenario = work / "scenario"
-    scenario.mkdir()
-    state, _refs = dense_state(nodes, pods_per_node, gangs8=0, gangs64=0)
-    items = objects(state)
-    with open(scenario / "cluster.json", "w", encoding="utf-8") as fh:
-        json.dump(as_list(items), fh)
+    state, items = dense_scenario(work, nodes, pods_per_node)
     server = NatsServer(str(work / "nats")).start()
     topology = Topology("scale")
     env = service_env(server.url, topology.prefix, scenario, sim="false", sink="log")

@@ -7,6 +7,9 @@ import pytest
 
 from gangpreempt.bus import Topology
 from tests.e2e.harness import Services
+from tests.kube.conftest import apiserver  # the in-repo API server (a module may define its own)
+
+__all__ = ["apiserver", "scenario_dir", "services"]
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ publishes the next ordinary object."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +27,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.timeout(120)]
 QUOTA_FIELD = "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"
 BAD_QUOTAS = {"exbi": "20Ei", "exponent": "9e25", "digits": "9" * 5000}
 MEGABYTE = 2**20
-
-
-@pytest.fixture
-async def apiserver() -> AsyncIterator[ApiServer]:
-    server = ApiServer()
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 def flavor(version: str = "v1beta1") -> dict[str, Any]:

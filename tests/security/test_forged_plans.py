@@ -16,8 +16,7 @@ states on its own, without the code under test:
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
+from datetime import timedelta
 
 import msgspec
 import pytest
@@ -28,9 +27,9 @@ from gangpreempt import events
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import PREEMPTIBLE_LABEL, Node, Pod, PodGroup
 from gangpreempt.planning.legitimacy import ALLOWING_RULES, SYSTEM_CRITICAL
-from services.actuator.driving import Driver
 from services.quota.nodes import NodeBook
 from tests.builders import T0, admitted, cluster_queue, pending, quota, state
+from tests.validating import dropped_before_reading, proposal
 
 pytestmark = pytest.mark.unit  # pure: no server (the attack suite keeps it beside the others)
 GPU = "nvidia.com/gpu"
@@ -43,69 +42,9 @@ PREEMPTOR_PRIORITY = 45
 RULES = ("", "", "", "", *ALLOWING_RULES)
 
 
-class ReachedLiveRead(Exception):
-    """The actuator's validation let the plan through to its live read."""
-
-
-class _Replica:
-    def __init__(self, state: ClusterState) -> None:
-        self.state = state
-
-    async def wait_seq(self, seq: int) -> None:
-        return None
-
-
-class _Sink:
-    async def read(self, refs: object) -> object:
-        raise ReachedLiveRead
-
-
-def _driver(state: ClusterState) -> Driver:
-    return Driver(
-        None,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        _Replica(state),  # type: ignore[arg-type]
-        _Sink(),  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        lambda: datetime.now(UTC),
-        "actuator/test",
-        "eviction",
-        10.0,
-        PROTECTED,
-    )
-
-
 async def actuator_accepts(state: ClusterState, p: events.PlanProposed) -> bool:
-    record = SimpleNamespace(proposal=p, updated_at=datetime.now(UTC))
-    try:
-        reason = await _driver(state).validate(record)  # type: ignore[arg-type]
-    except ReachedLiveRead:
-        return True
-    assert reason is not None
-    return False
-
-
-def proposal(
-    preemptor: str,
-    victims: list[events.PlannedVictim],
-    placement: dict[str, str],
-    cluster_queue: str = "",
-    pod_sets: tuple[str, ...] = (),
-) -> events.PlanProposed:
-    return events.PlanProposed(
-        id="proposed-forged",
-        occurred_at=datetime.now(UTC),
-        plan_id="forged",
-        request_id="r",
-        preemptor=preemptor,
-        preemptor_uid="",
-        cluster_queue=cluster_queue,
-        pod_sets=pod_sets,
-        flavors={},
-        victims=tuple(victims),
-        placement=placement,
-    )
+    """The actuator's validation lets the confirmed plan through to its live read."""
+    return await dropped_before_reading(state, p, PROTECTED) is None
 
 
 # -- node level -------------------------------------------------------------------------

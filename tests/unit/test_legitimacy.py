@@ -6,9 +6,6 @@ lets the preemptor take; each refusal names its rule."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from types import SimpleNamespace
-
 import msgspec
 import pytest
 
@@ -29,8 +26,8 @@ from gangpreempt.planning.legitimacy import (
     protected_namespaces,
 )
 from gangpreempt.planning.nodeconfirm import room_gap
-from services.actuator.driving import Driver
 from tests.builders import admitted, cluster_queue, pending, quota, state
+from tests.validating import dropped_before_reading, proposal
 
 pytestmark = pytest.mark.unit
 GPU = "nvidia.com/gpu"
@@ -55,19 +52,8 @@ def plan(
     preemptor: str = PREEMPTOR,
     cluster_queue: str = "",
 ) -> events.PlanProposed:
-    return events.PlanProposed(
-        id="proposed-p",
-        occurred_at=datetime.now(UTC),
-        plan_id="p",
-        request_id="r",
-        preemptor=preemptor,
-        preemptor_uid="",
-        cluster_queue=cluster_queue,
-        pod_sets=(),
-        flavors={},
-        victims=victims,
-        placement=dict(PLACEMENT if placement is None else placement),
-    )
+    where = PLACEMENT if placement is None else placement
+    return proposal(preemptor, victims, where, cluster_queue)
 
 
 def put(st: ClusterState, pod: Pod) -> Pod:
@@ -218,19 +204,6 @@ def test_a_kueue_victim_outside_the_preemptors_cohort_tree_is_refused() -> None:
     assert outside_cohort(st, "mine", [kueue_victim(far.key)]) is None
 
 
-class _Replica:
-    def __init__(self, state: ClusterState) -> None:
-        self.state = state
-
-    async def wait_seq(self, seq: int) -> None:
-        return None
-
-
-class _Sink:
-    async def read(self, refs: object) -> object:
-        raise AssertionError("an illegitimate plan needs no live read: it is dropped first")
-
-
 async def test_the_actuator_drops_a_confirmed_plan_with_an_illegitimate_victim() -> None:
     """Checked twice: a confirmed record (a compromised quota, a forged write) whose victim
     no rule could have chosen is dropped on the actuator's own replica, before any read
@@ -238,21 +211,7 @@ async def test_the_actuator_drops_a_confirmed_plan_with_an_illegitimate_victim()
     st = cluster()
     coredns = put(st, Pod("kube-system", "coredns", {"cpu": 100}, priority=1, node_name="n1"))
     proposal = plan(victim(coredns))
-    driver = Driver(
-        None,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        _Replica(st),  # type: ignore[arg-type]
-        _Sink(),  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        lambda: datetime.now(UTC),
-        "actuator/test",
-        "delete",
-        10.0,
-        ("kube-system",),
-    )
-    record = SimpleNamespace(proposal=proposal, updated_at=datetime.now(UTC))
-    reason = await driver.validate(record)  # type: ignore[arg-type]
+    reason = await dropped_before_reading(st, proposal, ("kube-system",))
     assert reason is not None
     assert reason.startswith("illegitimate: victim Pod/kube-system/coredns")
 
