@@ -292,12 +292,18 @@ class Cluster:
                 )
 
     async def delete_pod(self, pod: dict[str, Any]) -> None:
-        """Gone at once (grace 0): as a kubelet that has stopped it."""
-        await self.call(
-            "DELETE",
-            f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}",
-            {"gracePeriodSeconds": 0},
-        )
+        """Gone at once (grace 0): as a kubelet that has stopped it. A pod gone already
+        (the kubelet loop, or an eviction, took it since it was listed) is what was
+        wanted."""
+        try:
+            await self.call(
+                "DELETE",
+                f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}",
+                {"gracePeriodSeconds": 0},
+            )
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise
 
     async def start_pod(self, job: dict[str, Any]) -> None:
         """As the Job controller: one more pod of ``job``, from its template."""
