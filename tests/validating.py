@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from gangpreempt import events
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.podindex import PodIndex
 from gangpreempt.planning.legitimacy import PROTECTED_NAMESPACES
 from services.actuator.driving import Driver
 
@@ -21,6 +22,7 @@ class ReachedLiveRead(Exception):
 class _Replica:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        self.pods = PodIndex(state)
 
     async def wait_seq(self, seq: int) -> None:
         return None

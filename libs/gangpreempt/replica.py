@@ -28,6 +28,7 @@ from gangpreempt.bus.topology import Topology
 from gangpreempt.errors import Transient
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.podindex import PodIndex
 from gangpreempt.telemetry import metrics
 from gangpreempt.telemetry.tracing import MAX_LINKS, link_of
 
@@ -44,6 +45,7 @@ class StateReplica:
         self.complete = False  # ingest's starting state is all here
         self._advanced = asyncio.Condition()
         self._listeners: list[Callable[[str, Any, Any], None]] = []
+        self.pods = PodIndex(self.state)  # pods by node and by gang, in step with the state
         self.dead_letters = DeadLetters(nc, topology, service)
         self._pending_dlq: set[asyncio.Task[None]] = set()
         metrics.state_objects(self, lambda replica: kinds.counts(replica.state))
@@ -123,6 +125,7 @@ class StateReplica:
             self.seq = max(self.seq, seq)
             self._advanced.notify_all()
         if change is not None:
+            self.pods.changed(*change)
             for listener in self._listeners:
                 listener(*change)
 

@@ -135,7 +135,7 @@ class Driver:
         state = self.replica.state
         node_level = is_node_level(state, p.preemptor)
         if node_level:
-            gap = placement_gap(state, p.preemptor, p.placement)
+            gap = placement_gap(state, p.preemptor, p.placement, self.replica.pods)
             if gap is not None:
                 return f"the gang is not placed: {gap}"
         else:
@@ -143,12 +143,14 @@ class Driver:
             missing = sorted({ps.name for ps in wl.pod_sets} - set(p.pod_sets)) if wl else []
             if missing:
                 return f"plan does not cover pod sets {', '.join(missing)}"
-        wrong = illegitimate(state, p, self.protected, node_level=node_level)
+        index = self.replica.pods
+        wrong = illegitimate(state, p, self.protected, node_level=node_level, index=index)
         if wrong is not None:
             metrics.PLANS_ILLEGITIMATE.labels("actuator", wrong.rule).inc()
             return f"illegitimate: {wrong}"
         if p.placement:
-            room = room_gap(state, p.placement, (pod for v in p.victims for pod in v.pods))
+            victim_pods = (pod for v in p.victims for pod in v.pods)
+            room = room_gap(state, p.placement, victim_pods, index)
             if room is not None:
                 return f"the gang is not placed: {room}"
         pods = [pod for v in p.victims for pod in v.pods]

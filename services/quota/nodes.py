@@ -20,6 +20,7 @@ import msgspec
 from gangpreempt import events
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.podindex import PodIndex
 from gangpreempt.model.pods import Pod, PodGroup
 from gangpreempt.planning.decisions import Decision
 from gangpreempt.planning.legitimacy import illegitimate
@@ -59,20 +60,28 @@ class NodeBook:
         return {v: p.plan_id for p in self.plans.values() if p.plan_id != but for v in p.victims}
 
     def check(
-        self, state: ClusterState, p: events.PlanProposed, protected: Collection[str]
+        self,
+        state: ClusterState,
+        p: events.PlanProposed,
+        protected: Collection[str],
+        index: PodIndex | None = None,
     ) -> str | None:
-        """Why the proposed node-level plan must be rejected, or None."""
+        """Why the proposed node-level plan must be rejected, or None (``index``: the
+        state's pods by node and gang)."""
         victims = [NodeVictim(v.object, v.uid, v.pods, v.pod_uids) for v in p.victims]
+        claimed = self.claimed(p.plan_id)
         return (
-            node_rejection(
-                state, p.plan_id, p.preemptor, victims, p.placement, self.claimed(p.plan_id)
-            )
-            or illegitimate(state, p, protected, node_level=True)
-            or room_gap(state, p.placement, (ref for v in victims for ref in v.pods))
+            node_rejection(state, p.plan_id, p.preemptor, victims, p.placement, claimed, index)
+            or illegitimate(state, p, protected, node_level=True, index=index)
+            or room_gap(state, p.placement, (ref for v in victims for ref in v.pods), index)
         )
 
     def check_kueue(
-        self, state: ClusterState, p: events.PlanProposed, protected: Collection[str]
+        self,
+        state: ClusterState,
+        p: events.PlanProposed,
+        protected: Collection[str],
+        index: PodIndex | None = None,
     ) -> str | None:
         """A Kueue plan: its victims legitimate; when its workload's pods are known, its
         node victims (and the pods of its Workload victims) still there and the placed
@@ -82,8 +91,8 @@ class NodeBook:
             stale = victim_rejection(state, p.plan_id, victims, self.claimed(p.plan_id))
             if stale is not None:
                 return stale
-        return illegitimate(state, p, protected, node_level=False) or (
-            room_gap(state, p.placement, (ref for v in victims for ref in v.pods))
+        return illegitimate(state, p, protected, node_level=False, index=index) or (
+            room_gap(state, p.placement, (ref for v in victims for ref in v.pods), index)
             if p.placement
             else None
         )

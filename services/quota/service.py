@@ -615,8 +615,9 @@ class Quota:
 
     def _check(self, rec: PlanRecord, p: events.PlanProposed) -> str | None:
         state = self.replica.state
+        index = self.replica.pods
         if is_node_ref(rec.flight):
-            return self.nodes.check(state, p, self.protected)
+            return self.nodes.check(state, p, self.protected, index)
         assert self.live.ledger is not None
         plan = PlanInFlight(
             plan_id=p.plan_id,
@@ -631,7 +632,7 @@ class Quota:
             p.preemptor_uid,
             {key_of(v.object): v.uid for v in p.victims},
             self.live.ledger.held_victims,
-        ) or self.nodes.check_kueue(state, p, self.protected)
+        ) or self.nodes.check_kueue(state, p, self.protected, index)
 
     async def buckets(self) -> tuple[Any, Any]:
         ctx = self.ctx

@@ -188,7 +188,7 @@ class Victims:
     ) -> events.PlanProposed:
         state = self.replica.state
         victims = tuple(planned(state, v, req.priority) for v in decision.victims)
-        rules = named_rules(state, req.workload, victims)
+        rules = named_rules(state, req.workload, victims, self.replica.pods)
         if not all(rules.values()):
             # The search and the legitimacy rules disagree: quota will refuse the plan.
             log.warning("a victim no legitimacy rule allows", preemptor=req.workload, rules=rules)

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from gangpreempt import events
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.podindex import PodIndex
 from gangpreempt.model.pods import PREEMPTIBLE_LABEL, Node, Pod, PodGroup
 from gangpreempt.planning.legitimacy import ALLOWING_RULES, SYSTEM_CRITICAL
 from services.quota.nodes import NodeBook
@@ -163,7 +164,9 @@ async def test_a_forged_node_plan_evicts_nothing_outside_the_legitimate_set(
     world: tuple[ClusterState, events.PlanProposed],
 ) -> None:
     state, p = world
-    confirmed = NodeBook().check(state, p, PROTECTED) is None
+    scanned = NodeBook().check(state, p, PROTECTED)
+    assert NodeBook().check(state, p, PROTECTED, PodIndex(state)) == scanned  # same answer
+    confirmed = scanned is None
     actuated = await actuator_accepts(state, p)
     legitimate = legitimate_on_nodes(state, p)
     if confirmed or actuated:
@@ -262,7 +265,9 @@ async def test_a_forged_kueue_plan_evicts_nothing_outside_the_legitimate_set(
     world: tuple[ClusterState, events.PlanProposed],
 ) -> None:
     state, p = world
-    confirmed = NodeBook().check_kueue(state, p, PROTECTED) is None
+    scanned = NodeBook().check_kueue(state, p, PROTECTED)
+    assert NodeBook().check_kueue(state, p, PROTECTED, PodIndex(state)) == scanned
+    confirmed = scanned is None
     actuated = await actuator_accepts(state, p)
     if confirmed or actuated:
         assert legitimate_in_kueue(state, p), (confirmed, actuated, p)

@@ -55,6 +55,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from gangpreempt import events
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.podindex import PodIndex
 from gangpreempt.model.pods import PREEMPTIBLE_LABEL, Pod, PodGroup
 from gangpreempt.model.priorities import group_priorities, pod_priority
 from gangpreempt.model.quantity import add_into
@@ -172,14 +173,18 @@ def outside_cohort(
 class Priorities:
     """Node-level priorities of one state, resolved on demand (``model.priorities``)."""
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, index: PodIndex | None = None) -> None:
         self.state = state
+        self.index = index
         self.default = state.global_default_priority()
         self._members: dict[str, list[Pod]] | None = None
         self._groups: dict[str, tuple[int, int]] = {}
 
     def members(self, key: str) -> list[Pod]:
-        """The pods of gang ``key`` (one pass over the pods, the first time)."""
+        """The pods of gang ``key`` (from the index; without one, one pass over the
+        pods, the first time)."""
+        if self.index is not None:
+            return list(self.index.members(key))
         if self._members is None:
             self._members = {}
             for pod in self.state.pods.values():
@@ -220,12 +225,13 @@ class Judge:
         preemptor: str,
         node_level: bool,
         protected: Collection[str] = PROTECTED_NAMESPACES,
+        index: PodIndex | None = None,
     ) -> None:
         self.state = state
         self.preemptor = preemptor
         self.node_level = node_level
         self.protected = protected
-        self.priorities = Priorities(state)
+        self.priorities = Priorities(state, index)
         self.kueue: Workload | None = None  # the Kueue preemptor
         self.cluster_queue: str | None = None  # its ClusterQueue
         self.pods: list[Pod] = []  # a node-level preemptor's pending pods
@@ -400,15 +406,17 @@ def illegitimate(
     p: events.PlanProposed,
     protected: Collection[str] = PROTECTED_NAMESPACES,
     node_level: bool | None = None,
+    index: PodIndex | None = None,
 ) -> Refusal | None:
     """Why one of the plan's victims may not be taken for its preemptor, or None.
     ``node_level``: the preemptor is decided on the nodes (derived from the state when
     None); else it is a Kueue Workload, its Workload victims taken for quota wherever
-    their pods run, its pods and pod groups on the placement's nodes."""
+    their pods run, its pods and pod groups on the placement's nodes. ``index``: the
+    state's pods by gang (else every pod is looked at)."""
     if node_level is None:
         node_level = is_node_level(state, p.preemptor)
     try:
-        judge = Judge(state, p.preemptor, node_level, protected)
+        judge = Judge(state, p.preemptor, node_level, protected, index)
     except InvalidInput as exc:
         return Refusal(PRIORITY, f"preemptor {p.preemptor}: its priority cannot be resolved: {exc}")
     if judge.priority is None:
@@ -466,12 +474,16 @@ def live_refusal(
 
 
 def named_rules(
-    state: ClusterState, preemptor: str, victims: Iterable[events.PlannedVictim]
+    state: ClusterState,
+    preemptor: str,
+    victims: Iterable[events.PlannedVictim],
+    index: PodIndex | None = None,
 ) -> dict[str, str]:
     """The rule each victim is taken by (victim -> rule; "" where none holds): what the
     victims service writes in a proposal."""
     try:
-        judge = Judge(state, preemptor, is_node_level(state, preemptor))
+        node_level = is_node_level(state, preemptor)
+        judge = Judge(state, preemptor, node_level, PROTECTED_NAMESPACES, index)
     except InvalidInput:
         return {v.object: "" for v in victims}
     return {v.object: judge.rule(v) for v in victims}

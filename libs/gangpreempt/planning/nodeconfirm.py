@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import msgspec
 
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.podindex import PodIndex
 from gangpreempt.model.pods import PODS, Pod
 from gangpreempt.model.quantity import add_into
 from gangpreempt.placement.cluster import UNLIMITED, pod_demand
@@ -37,9 +38,15 @@ def preemptor_groups(state: ClusterState, ref: str) -> list[str]:
     return [pod.group] if pod is not None and pod.group in state.pod_groups else []
 
 
-def placement_gap(state: ClusterState, preemptor: str, placement: Mapping[str, str]) -> str | None:
+def placement_gap(
+    state: ClusterState,
+    preemptor: str,
+    placement: Mapping[str, str],
+    index: PodIndex | None = None,
+) -> str | None:
     """The gang barrier: why ``placement`` does not give every group of the preemptor
-    its minCount (pods already running count), or None."""
+    its minCount (pods already running count), or None. ``index``: the state's pods by
+    gang (else every pod is looked at)."""
     groups = preemptor_groups(state, preemptor)
     if not groups:
         if not preemptor.startswith("Pod/"):
@@ -50,7 +57,11 @@ def placement_gap(state: ClusterState, preemptor: str, placement: Mapping[str, s
         return None
     for key in groups:
         group = state.pod_groups[key]
-        members = [p for p in state.pods.values() if p.group == key]
+        members = (
+            list(index.members(key))
+            if index is not None
+            else [p for p in state.pods.values() if p.group == key]
+        )
         running = sum(1 for p in members if p.running and not p.terminating)
         placed = sum(1 for p in members if p.pending and p.ref in placement)
         if running + placed < group.min_count:
@@ -68,6 +79,7 @@ def node_rejection(
     victims: Sequence[NodeVictim],
     placement: Mapping[str, str],
     claimed: Mapping[str, str],
+    index: PodIndex | None = None,
 ) -> str | None:
     """Why a node-level plan must not be confirmed, or None: the preemptor's placed pods
     are still pending, every placement node exists, every victim pod is the same one and
@@ -83,14 +95,17 @@ def node_rejection(
             return f"preemptor pod {ref} is no longer pending"
         if node not in state.nodes:
             return f"node {node} no longer exists"
-    gap = placement_gap(state, preemptor, placement)
+    gap = placement_gap(state, preemptor, placement, index)
     if gap is not None:
         return gap
     return victim_rejection(state, plan_id, victims, claimed)
 
 
 def room_gap(
-    state: ClusterState, placement: Mapping[str, str], victim_pods: Iterable[str]
+    state: ClusterState,
+    placement: Mapping[str, str],
+    victim_pods: Iterable[str],
+    index: PodIndex | None = None,
 ) -> str | None:
     """Why the placement's pending pods do not fit their nodes with exactly the pods
     ``victim_pods`` (``Pod/ns/name``) gone, or None: each node admits each pod placed on
@@ -113,8 +128,13 @@ def room_gap(
     if not need:
         return None
     used: dict[str, dict[str, int]] = {name: {} for name in need}
-    for key, pod in state.pods.items():  # the node first: the cheap test most pods fail
-        if pod.node_name in used and pod.running and key not in gone:
+    there = (
+        (pod for name in need for pod in index.on_node(name))
+        if index is not None
+        else (pod for pod in state.pods.values() if pod.node_name in used)
+    )
+    for pod in there:
+        if pod.running and pod.key not in gone:
             add_into(used[pod.node_name], pod_demand(pod))
     for name, demand in sorted(need.items()):
         alloc = state.nodes[name].allocatable
