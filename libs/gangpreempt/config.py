@@ -82,6 +82,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # up and deletes it. Kueue Workloads are always evicted the Kueue way. (The sim deletes
     # for eviction and delete alike: it has no PodDisruptionBudget.)
     pod_eviction: str = "eviction"  # eviction | delete | soft-eviction
+    # kubernetes sink: victim pod writes in flight at once (a gang's pods concurrently)
+    eviction_concurrency: int = 16
     # Seconds a preemption request waits for its proposal (quota then gives it up and
     # retries), and a confirmed plan for a live read that works (the actuator then drops it).
     plan_timeout: float = 10.0
@@ -105,7 +107,11 @@ _POSITIVE = {
     "gate_timeout",
     "shadow_settle",
 }
-_INTEGERS = {"stream_replicas": (1, 5), "health_port": (0, 65535)}
+_INTEGERS = {
+    "stream_replicas": (1, 5),
+    "health_port": (0, 65535),
+    "eviction_concurrency": (1, 256),
+}
 _CHOICES = {
     "sink": ("sim", "log", "kubernetes"),
     "authority": ("all", "admission-check"),

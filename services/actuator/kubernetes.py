@@ -23,7 +23,7 @@ from services import simwire
 from services.actuator.kube_checks import mark_active, set_check
 from services.actuator.kube_gates import lift_gate
 from services.actuator.kube_kueue import evict_workload, get_workload
-from services.actuator.kube_pods import PodEvictor
+from services.actuator.kube_pods import DEFAULT_CONCURRENCY, PodEvictor
 from services.kube.access import KUEUE_WORKLOADS, PODS
 from services.kube.client import JSON, ApiError, KubeApi, path_of
 from services.kube.discovery import discover
@@ -50,6 +50,7 @@ class KubeSink:
         pod_eviction: str,
         kueue_version: str | None,
         fenced: Callable[[], bool] = lambda: False,
+        concurrency: int = DEFAULT_CONCURRENCY,
     ) -> None:
         self.api = api
         self.replica = replica
@@ -59,7 +60,7 @@ class KubeSink:
         # holder decides again, are then not retried (the evictions finish their plan)
         self.stop: asyncio.Event | None = None
         self.recorder = Recorder(api)
-        self.pods = PodEvictor(api, self.recorder, pod_eviction, fenced)
+        self.pods = PodEvictor(api, self.recorder, pod_eviction, fenced, concurrency)
 
     @classmethod
     async def create(
@@ -68,9 +69,11 @@ class KubeSink:
         replica: StateReplica,
         pod_eviction: str,
         fenced: Callable[[], bool] = lambda: False,
+        concurrency: int = DEFAULT_CONCURRENCY,
     ) -> KubeSink:
         served = await discover(api, (KUEUE_WORKLOADS,))
-        return cls(api, replica, pod_eviction, served.get(KUEUE_WORKLOADS), fenced)
+        version = served.get(KUEUE_WORKLOADS)
+        return cls(api, replica, pod_eviction, version, fenced, concurrency)
 
     @property
     def state(self) -> ClusterState:

@@ -175,8 +175,13 @@ class Actuator:
             return
         async with KubeApi.connect(self.ctx.settings, "actuator") as api:
             api.before_write = self.fence
+            settings = self.ctx.settings
             sink = await KubeSink.create(
-                api, self.replica, self.ctx.settings.pod_eviction, self.lease_invalid
+                api,
+                self.replica,
+                settings.pod_eviction,
+                self.lease_invalid,
+                settings.eviction_concurrency,
             )
             sink.stop = self.ctx.stop
             self.sink = sink

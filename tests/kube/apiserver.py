@@ -153,6 +153,11 @@ class ApiServer:
         self.dropped: list[tuple[str, str]] = []  # (method, url part): connection dropped
         # (method, path part, action): the action runs once, before a matching request.
         self.before: list[tuple[str, str, Any]] = []
+        # (method, url part): such requests wait for ``release`` (counted while they do)
+        self.holds: list[tuple[str, str]] = []
+        self.release = asyncio.Event()
+        self.held = 0  # requests waiting now
+        self.most_held = 0  # the most that waited at once
         self.expired_watches = 0  # watches answered with a 410 ERROR event
         self.bookmarks_sent: set[str] = set()
         self.watch_versions: list[str] = []  # the resourceVersion each watch started from
@@ -289,6 +294,13 @@ class ApiServer:
             if hook[0] == request.method and hook[1] in str(request.url):
                 self.before.remove(hook)
                 hook[2]()
+        if any(m == request.method and part in str(request.url) for m, part in self.holds):
+            self.held += 1
+            self.most_held = max(self.most_held, self.held)
+            try:
+                await self.release.wait()
+            finally:
+                self.held -= 1
         for cut in self.cuts:
             if cut[2] > 0 and cut[0] == request.method and cut[1] in str(request.url):
                 cut[2] -= 1

@@ -27,6 +27,7 @@ from tests.kube.sinking import (
     victim_pods,
     writes,
 )
+from tests.waiting import until
 
 pytestmark = pytest.mark.kube
 
@@ -353,3 +354,34 @@ async def test_a_big_gang_is_read_with_one_list(apiserver: ApiServer, sink) -> N
     assert live["Pod/elsewhere/other"].exists
     gets = [p for m, p, _ in apiserver.requests if m == "GET"]
     assert gets == ["/api/v1/namespaces/elsewhere/pods/other", "/api/v1/namespaces/team-a/pods"]
+
+
+async def test_a_gangs_pods_are_evicted_concurrently_within_the_bound(
+    apiserver: ApiServer, tmp_path
+) -> None:
+    """A gang of 10 pods with at most 4 writes in flight: the API server holds every
+    eviction until the test releases them, and sees 4 waiting at once, never more; then
+    all 10 are evicted, each once."""
+    for i in range(10):
+        apiserver.put(pod(f"g-{i}", "n1", **{"scheduling.x-k8s.io/pod-group": "g"}))
+    apiserver.put(node("n1"))
+    apiserver.put(pod_group("g", 10))
+    replica = Replica(apiserver)
+    replica.refresh()
+    pods, uids = victim_pods(apiserver, *(f"g-{i}" for i in range(10)))
+    apiserver.holds.append(("POST", "/eviction"))
+    config = apiserver.kubeconfig(str(tmp_path / "kubeconfig"))
+    async with KubeApi.connect(Settings(kubeconfig=config), "actuator", ACTUATOR_ANY) as api:
+        s = await KubeSink.create(api, replica, "eviction", concurrency=4)  # type: ignore[arg-type]
+        task = asyncio.create_task(
+            s.evict(request("PodGroup/team-a/g", mode="eviction", pods=pods, pod_uids=uids))
+        )
+        await until(lambda: apiserver.held == 4, 30, "4 evictions in flight")
+        with pytest.raises(AssertionError, match="timed out"):  # no fifth while they wait
+            await until(lambda: apiserver.held > 4, 0.5, "a fifth eviction")
+        apiserver.release.set()
+        reply = await asyncio.wait_for(task, 30)
+    assert reply.ok
+    assert apiserver.most_held == 4
+    posts = sorted(p for m, p, _ in apiserver.requests if m == "POST" and p.endswith("/eviction"))
+    assert posts == sorted(f"/api/v1/namespaces/team-a/pods/g-{i}/eviction" for i in range(10))
