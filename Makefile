@@ -43,6 +43,7 @@ bench: $(STAMP) ## run the benchmarks; figures printed, JSON in bench/results/
 	$(BIN)/python bench/victims.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/fencing.py
+	$(BIN)/python bench/actuation.py
 	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/flood.py
 	$(BIN)/python bench/soak.py

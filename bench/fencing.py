@@ -75,9 +75,11 @@ async def run(pods: int) -> dict[str, Any]:
                 replica = Replica(server)
                 replica.refresh()
                 config = server.kubeconfig(str(Path(tmp) / "kubeconfig"))
-                async with KubeApi.connect(Settings(kubeconfig=config), "actuator") as api:
+                settings = Settings(kubeconfig=config, pod_eviction="delete")
+                async with KubeApi.connect(settings, "actuator") as api:
                     api.before_write = fence
-                    sink = await KubeSink.create(api, replica, "delete")  # type: ignore[arg-type]
+                    # one write at a time: the window of each write, as before concurrency
+                    sink = await KubeSink.create(api, replica, "delete", concurrency=1)  # type: ignore[arg-type]
                     started = time.monotonic()
                     for i in range(pods):
                         uid = server.get("", "pods", "team-a", f"victim-{i}")["metadata"]["uid"]  # type: ignore[index]

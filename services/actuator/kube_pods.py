@@ -139,10 +139,15 @@ class PodEvictor:
         """Each pod as it is now (None: gone); raise ``Stale`` if any pod that still
         exists is not the one the plan chose."""
         live: dict[str, JSON | None] = {}
-        for key, uid in pods:
+
+        async def read(ref: PodRef) -> bool:
+            key, uid = ref
             obj = live[key] = await self.get_pod(key)
             if obj is not None:
                 check_uid(f"Pod {key}", obj, uid)
+            return False
+
+        await each(pods, self.gate, read)  # read concurrently too, within the same bound
         return live
 
     async def get_pod(self, key: str) -> JSON | None:

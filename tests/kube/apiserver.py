@@ -155,6 +155,8 @@ class ApiServer:
         self.before: list[tuple[str, str, Any]] = []
         # (method, url part): such requests wait for ``release`` (counted while they do)
         self.holds: list[tuple[str, str]] = []
+        # (method, url part, seconds): such requests are answered that much later
+        self.slow: list[tuple[str, str, float]] = []
         self.release = asyncio.Event()
         self.held = 0  # requests waiting now
         self.most_held = 0  # the most that waited at once
@@ -294,6 +296,9 @@ class ApiServer:
             if hook[0] == request.method and hook[1] in str(request.url):
                 self.before.remove(hook)
                 hook[2]()
+        for method, part, seconds in self.slow:
+            if method == request.method and part in str(request.url):
+                await asyncio.sleep(seconds)
         if any(m == request.method and part in str(request.url) for m, part in self.holds):
             self.held += 1
             self.most_held = max(self.most_held, self.held)
