@@ -420,3 +420,17 @@ def test_the_actuator_believes_the_source_not_the_published_state() -> None:
         placement={"Pod/team/big-0": "n1"},
     )
     assert live_refusal(reclaimed, live("n1", 50), node_level=True) is None
+
+
+def test_a_victim_or_a_preemptor_the_state_does_not_hold_is_refused() -> None:
+    """Nothing the checker cannot see is evicted, nor for a preemptor it cannot see."""
+    st = cluster()
+    ghost = Pod("team", "ghost", {GPU: 8}, priority=1, node_name="n1")  # never put
+    refused = illegitimate(st, plan(victim(ghost)))
+    assert isinstance(refused, Refusal)
+    assert refused.rule == "unknown-victim"
+    low = put(st, Pod("team", "low", {GPU: 8}, priority=1, node_name="n1"))
+    refused = illegitimate(st, plan(victim(low), preemptor="PodGroup/team/nobody"))
+    assert refused is not None
+    assert refused.rule == "unknown-victim"
+    assert "preemptor PodGroup/team/nobody" in refused
