@@ -32,7 +32,12 @@ from gangpreempt.bus import Lease, Publisher
 from gangpreempt.bus.records import RecordBook, RecordStore
 from gangpreempt.errors import Conflict, Fenced, Transient
 from gangpreempt.planning.barrier import PlannedObject, stale_reason
-from gangpreempt.planning.legitimacy import PROTECTED_NAMESPACES, illegitimate, live_refusal
+from gangpreempt.planning.legitimacy import (
+    PROTECTED_NAMESPACES,
+    Refusal,
+    illegitimate,
+    live_refusal,
+)
 from gangpreempt.planning.nodeconfirm import placement_gap, room_gap
 from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.planning.records import (
@@ -60,6 +65,12 @@ from services.runtime import fault
 log = structlog.get_logger("gangpreempt.actuator")
 
 KUEUE_EVICTION = "kueue"
+
+
+def refused(wrong: Refusal) -> str:
+    """The drop reason of a plan the legitimacy rules refuse, counted by its rule."""
+    metrics.PLANS_ILLEGITIMATE.labels("actuator", wrong.rule).inc()
+    return f"illegitimate: {wrong}"
 
 
 class Driver:
@@ -146,8 +157,7 @@ class Driver:
         index = self.replica.pods
         wrong = illegitimate(state, p, self.protected, node_level=node_level, index=index)
         if wrong is not None:
-            metrics.PLANS_ILLEGITIMATE.labels("actuator", wrong.rule).inc()
-            return f"illegitimate: {wrong}"
+            return refused(wrong)
         if p.placement:
             victim_pods = (pod for v in p.victims for pod in v.pods)
             room = room_gap(state, p.placement, victim_pods, index)
@@ -174,10 +184,7 @@ class Driver:
         if stale is not None:
             return f"stale: {stale}"
         wrong = live_refusal(p, live, node_level)
-        if wrong is not None:
-            metrics.PLANS_ILLEGITIMATE.labels("actuator", wrong.rule).inc()
-            return f"illegitimate: {wrong}"
-        return None
+        return refused(wrong) if wrong is not None else None
 
     # -- moves ------------------------------------------------------------------------------
     async def write(

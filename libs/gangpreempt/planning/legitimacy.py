@@ -260,7 +260,9 @@ class Judge:
 
     def rules(self, v: events.PlannedVictim) -> tuple[str, ...]:
         """The rules that allow ``v`` for this preemptor, in the order a record names
-        them (empty: none does)."""
+        them (empty: none does). A victim of lower priority named for that (or for no
+        rule) needs no other: CapacityScheduling's quotas (a pass over the pods) are
+        read only when they can matter."""
         if self.priority is None:
             return ()
         if v.object.startswith(WORKLOAD) and not self.node_level:
@@ -271,7 +273,8 @@ class Judge:
             return ()
         priority = max(self.priorities.preemption(p) for p in pods)
         found = [LOWER] if priority < self.priority else []
-        if self.node_level and self._within_min(pods):
+        settled = found and v.rule in ("", LOWER)
+        if self.node_level and not settled and self._within_min(pods):
             found.append(WITHIN_MIN)
         return tuple(found)
 
