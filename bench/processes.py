@@ -14,26 +14,36 @@ SERVICES = ("ingest", "quota", "victims", "actuator")
 
 def service_env(url: str, prefix: str, scenario: Path, **settings: str) -> dict[str, str]:
     """This process's environment, the services pointed at the server and scenario, quiet
-    (``BENCH_LOG_LEVEL`` to hear more), fast cycles, and ``settings`` (``sim="false"``
-    sets ``GANGPREEMPT_SIM``)."""
+    (``BENCH_LOG_LEVEL`` to hear more), the project's default settings otherwise (what a
+    user runs), and ``settings`` (``sim="false"`` sets ``GANGPREEMPT_SIM``)."""
     env = dict(os.environ)
     env.update(
         GANGPREEMPT_NATS_URL=url,
         GANGPREEMPT_PREFIX=prefix,
         GANGPREEMPT_SCENARIO=str(scenario),
         GANGPREEMPT_LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "warning"),
-        GANGPREEMPT_CYCLE_DELAY="0.005",
     )
     env.update({f"GANGPREEMPT_{k.upper()}": v for k, v in settings.items()})
     return env
 
 
 def start_services(env: dict[str, str], logs: Path) -> dict[str, subprocess.Popen[bytes]]:
+    """Start the four services; those named in ``BENCH_PROFILE`` (comma-separated) run
+    under cProfile, their profile written to ``<logs>/<service>.prof`` when they stop."""
+    profiled = set(os.environ.get("BENCH_PROFILE", "").split(","))
     procs: dict[str, subprocess.Popen[bytes]] = {}
     for service in SERVICES:
         log = open(logs / f"{service}.log", "ab")  # noqa: SIM115
+        profile = ["-m", "cProfile", "-o", str(logs / f"{service}.prof")]
         procs[service] = subprocess.Popen(
-            [sys.executable, "-m", "gangpreempt.cli", "serve", service],
+            [
+                sys.executable,
+                *(profile if service in profiled else []),
+                "-m",
+                "gangpreempt.cli",
+                "serve",
+                service,
+            ],
             env=env,
             stdout=log,
             stderr=log,

@@ -9,12 +9,17 @@ the next one arrives on the same cluster). Measured:
 
 - the initial state: from the services' start until ingest's ``StateComplete`` is on
   STATE, and until quota has decided on all of STATE (it answers status requests);
-- gangs of 8 pods x 8 GPUs arriving one at a time (the benchmark publishes the PodGroup
-  and its pods on STATE, as ingest would), each after the previous one's saga ended:
-  arrival -> ``PreemptionRequested`` -> ``PlanProposed`` -> ``PlanConfirmed`` ->
-  ``PlanActuated``, without churn and then under 50 pod changes per second (running
+- gangs of 8 pods x 8 GPUs, then of 64 pods x 8 GPUs (``--gang-pods``), arriving one at
+  a time (the benchmark publishes the PodGroup and its pods on STATE, as ingest would),
+  each after the previous one's saga ended: arrival -> ``PreemptionRequested`` ->
+  ``PlanProposed`` -> ``PlanConfirmed`` -> ``PlanActuated``, and the first hop split in
+  two at the moment quota applied the arrival (the request's ``seen_at``): arrival ->
+  seen -> requested; without churn and then under 50 pod changes per second (running
   CPU pods finishing and starting again);
 - CPU seconds and peak RSS of each service.
+
+The services run with the project's default settings (the cycle delay among them), as a
+user runs them.
 
 Prints a table and writes ``bench/results/scale.json``. Nothing here is asserted.
 """
@@ -59,7 +64,8 @@ HOPS = (
     "confirmed -> actuated",
 )
 STEPS = ("PreemptionRequested", "PlanProposed", "PlanConfirmed", "PlanActuated")
-GANG_PODS = 8
+GANG_PODS = (8, 64)
+SPLIT = ("arrival -> seen", "seen -> requested")  # the first hop, at quota's seen_at
 PRIORITY = 1000
 
 
@@ -68,6 +74,7 @@ class Saga:
 
     def __init__(self) -> None:
         self.at: dict[tuple[str, str], datetime] = {}
+        self.seen_at: dict[str, datetime | None] = {}  # preemptor -> its request's seen_at
         self.ended: dict[str, asyncio.Event] = {}
 
     async def follow(self, nc: Client, topology: Topology) -> Any:
@@ -85,6 +92,8 @@ class Saga:
         who = getattr(ev, "preemptor", "") or getattr(ev, "workload", "")
         kind = events.event_type(ev)
         self.at.setdefault((who, kind), ev.occurred_at)
+        if isinstance(ev, events.PreemptionRequested):
+            self.seen_at.setdefault(who, ev.seen_at)
         if kind in ("PlanActuated", "PlanDropped", "PreemptionInfeasible", "Admitted"):
             self.ended.setdefault(who, asyncio.Event()).set()
 
@@ -110,8 +119,8 @@ def upsert(obj: Any, version: str) -> events.ObjectUpserted:
     )
 
 
-def gang(name: str) -> list[Any]:
-    group = PodGroup("pre", name, GANG_PODS)
+def gang(name: str, size: int) -> list[Any]:
+    group = PodGroup("pre", name, size)
     pods = [
         Pod(
             "pre",
@@ -121,7 +130,7 @@ def gang(name: str) -> list[Any]:
             priority=PRIORITY,
             group=f"pre/{name}",
         )
-        for i in range(GANG_PODS)
+        for i in range(size)
     ]
     return [group, *pods]
 
@@ -194,15 +203,22 @@ async def until(check: Any, timeout: float, what: str) -> float:
 
 
 async def gangs(
-    nc: Client, topology: Topology, pub: Publisher, saga: Saga, label: str, n: int, timeout: float
+    nc: Client,
+    topology: Topology,
+    pub: Publisher,
+    saga: Saga,
+    label: str,
+    n: int,
+    size: int,
+    timeout: float,
 ) -> dict[str, Any]:
-    hops: dict[str, list[float]] = {h: [] for h in HOPS}
+    hops: dict[str, list[float]] = {h: [] for h in (*HOPS, *SPLIT)}
     total: list[float] = []
     outcomes: dict[str, int] = {}
     for k in range(n):
         name = f"{label}-{k}"
         ref = f"PodGroup/pre/{name}"
-        objs = gang(name)
+        objs = gang(name, size)
         for obj in objs:
             await pub.publish(upsert(obj, "1"))
         arrived = datetime.now(UTC)
@@ -230,6 +246,11 @@ async def gangs(
             for hop, (a, b) in zip(HOPS, itertools.pairwise(times), strict=True):
                 hops[hop].append(max(0.0, (b - a).total_seconds()))  # type: ignore[operator]
             total.append((got["PlanActuated"] - arrived).total_seconds())  # type: ignore[operator]
+            seen = saga.seen_at.get(ref)
+            if seen is not None:
+                requested = got["PreemptionRequested"]
+                hops[SPLIT[0]].append(max(0.0, (seen - arrived).total_seconds()))
+                hops[SPLIT[1]].append(max(0.0, (requested - seen).total_seconds()))  # type: ignore[operator]
         # The gang is done and leaves (its victims, never evicted by the log sink, stay
         # running): the next gang arrives on the same cluster.
         for obj in objs:
@@ -258,6 +279,7 @@ async def measure(
     n: int,
     rate: float,
     timeout: float,
+    sizes: tuple[int, ...],
 ) -> dict[str, Any]:
     async with connected(url, "bench-scale") as nc:
         js = nc.jetstream()
@@ -276,14 +298,17 @@ async def measure(
         initial = {"state_complete_s": t_complete - started, "quota_caught_up_s": t_idle - started}
         cpu_start = {s: proc_stats(p.pid) for s, p in procs.items()}
         pub = Publisher(nc, topology, "bench")
-        quiet = await gangs(nc, topology, pub, saga, "quiet", n, timeout)
-        stop = asyncio.Event()
-        churner = asyncio.ensure_future(churn(pub, state, rate, stop))
-        t0 = time.monotonic()
-        churned = await gangs(nc, topology, pub, saga, "churn", n, timeout)
-        stop.set()
-        changes = await churner
-        churned["changes_per_s"] = changes / (time.monotonic() - t0)
+        by_gang: dict[str, dict[str, Any]] = {}
+        for size in sizes:
+            quiet = await gangs(nc, topology, pub, saga, f"quiet{size}", n, size, timeout)
+            stop = asyncio.Event()
+            churner = asyncio.ensure_future(churn(pub, state, rate, stop))
+            t0 = time.monotonic()
+            churned = await gangs(nc, topology, pub, saga, f"churn{size}", n, size, timeout)
+            stop.set()
+            changes = await churner
+            churned["changes_per_s"] = changes / (time.monotonic() - t0)
+            by_gang[str(size)] = {"no_churn": quiet, "churn": churned}
         end = {s: proc_stats(p.pid) for s, p in procs.items()}
         await sub.unsubscribe()
     per_service = {
@@ -294,10 +319,18 @@ async def measure(
         }
         for s in procs
     }
-    return {"initial": initial, "no_churn": quiet, "churn": churned, "services": per_service}
+    first = by_gang[str(sizes[0])]  # the first gang size's phases also at the top (as before)
+    return {"initial": initial, **first, "by_gang": by_gang, "services": per_service}
 
 
-def run_size(nodes: int, pods_per_node: int, n: int, rate: float, timeout: float) -> dict[str, Any]:
+def run_size(
+    nodes: int,
+    pods_per_node: int,
+    n: int,
+    rate: float,
+    timeout: float,
+    gang_sizes: tuple[int, ...] = GANG_PODS,
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gp-scale-"))
     scenario = work / "scenario"
     state, items = dense_scenario(work, nodes, pods_per_node)
@@ -307,7 +340,9 @@ def run_size(nodes: int, pods_per_node: int, n: int, rate: float, timeout: float
     started = time.monotonic()
     procs = start_services(env, work)
     try:
-        result = asyncio.run(measure(server.url, topology, state, procs, started, n, rate, timeout))
+        result = asyncio.run(
+            measure(server.url, topology, state, procs, started, n, rate, timeout, gang_sizes)
+        )
     finally:
         stop_services(procs)
         server.stop()
@@ -322,7 +357,11 @@ def run_size(nodes: int, pods_per_node: int, n: int, rate: float, timeout: float
 
 
 def report(result: dict[str, Any]) -> None:
-    print("scale benchmark: the saga as processes, gangs of 8 x 8 GPUs arriving one at a time")
+    print(
+        "scale benchmark: the saga as processes, gangs of "
+        + " and ".join(result["gangs"])
+        + " arriving one at a time"
+    )
     for size in result["sizes"]:
         init = size["initial"]
         print(
@@ -330,21 +369,9 @@ def report(result: dict[str, Any]) -> None:
             f"({size['objects']} objects): starting state complete at "
             f"{init['state_complete_s']:.1f} s, quota caught up at {init['quota_caught_up_s']:.1f} s"
         )
-        for phase in ("no_churn", "churn"):
-            p = size[phase]
-            a = p["arrival_to_actuated"]
-            extra = f", {p['changes_per_s']:.0f} pod changes/s" if "changes_per_s" in p else ""
-            print(
-                f"  {phase:<9} arrival -> actuated p50 {a['p50_ms']:.0f} ms, p99 {a['p99_ms']:.0f} ms, "
-                f"max {a['max_ms']:.0f} ms over {a['n']} ({p['outcomes']}){extra}"
-            )
-            print(
-                "    "
-                + ", ".join(
-                    f"{h} p50 {s['p50_ms']:.0f} / p99 {s['p99_ms']:.0f} ms"
-                    for h, s in p["hops"].items()
-                )
-            )
+        for gang_pods, phases in size["by_gang"].items():
+            for phase, p in phases.items():
+                report_phase(f"gang {gang_pods}, {phase}", p)
         print(
             "  "
             + ", ".join(
@@ -355,6 +382,23 @@ def report(result: dict[str, Any]) -> None:
         )
 
 
+def report_phase(label: str, p: dict[str, Any]) -> None:
+    a = p["arrival_to_actuated"]
+    extra = f", {p['changes_per_s']:.0f} pod changes/s" if "changes_per_s" in p else ""
+    print(
+        f"  {label:<18} arrival -> actuated p50 {a['p50_ms']:.0f} ms, p99 {a['p99_ms']:.0f} ms, "
+        f"max {a['max_ms']:.0f} ms over {a['n']} ({p['outcomes']}){extra}"
+    )
+    print(
+        "    "
+        + ", ".join(
+            f"{h} p50 {s['p50_ms']:.0f} / p99 {s['p99_ms']:.0f} ms"
+            for h, s in p["hops"].items()
+            if s["n"]
+        )
+    )
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="500,2000,5000", help="cluster sizes, e.g. 500,5000")
@@ -362,15 +406,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--gangs", type=int, default=20, help="gangs per phase and size")
     ap.add_argument("--churn", type=float, default=50.0, help="pod changes per second")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per gang at most")
+    ap.add_argument(
+        "--gang-pods", default=",".join(map(str, GANG_PODS)), help="gang sizes (pods of 8 GPUs)"
+    )
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "scale.json"))
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.nodes.split(",") if x]
+    gang_sizes = tuple(int(x) for x in args.gang_pods.split(",") if x)
     result = {
         "pods_per_node": args.pods_per_node,
-        "gang": f"{GANG_PODS} pods x {NODE_GPUS} GPUs",
+        "gang": f"{gang_sizes[0]} pods x {NODE_GPUS} GPUs",
+        "gangs": [f"{g} pods x {NODE_GPUS} GPUs" for g in gang_sizes],
         "churn_rate": args.churn,
         "sizes": [
-            run_size(n, args.pods_per_node, args.gangs, args.churn, args.timeout) for n in sizes
+            run_size(n, args.pods_per_node, args.gangs, args.churn, args.timeout, gang_sizes)
+            for n in sizes
         ],
         **environment(),
     }

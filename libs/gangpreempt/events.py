@@ -139,6 +139,10 @@ class PreemptionRequested(Event, frozen=True, kw_only=True, tag=True):
     claimed: tuple[str, ...] = ()
     state_seq: int = 0  # the STATE stream sequence the quota ledger was at
     quota_token: int = 0  # quota's lease token when it asked
+    # When quota applied the preemptor's latest arrival (a STATE change making it pending)
+    # before this request: arrival -> seen -> requested, per hop. None: not seen arriving
+    # (it was pending before quota started, or it came back after a plan failed).
+    seen_at: datetime | None = None
 
 
 class RequestExpired(Event, frozen=True, kw_only=True, tag=True):

@@ -13,11 +13,13 @@ for it, and the quota its victims free is held for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import secrets
 import time
 from collections import OrderedDict
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -47,6 +49,7 @@ from gangpreempt.planning.shadow import handed_over as shadow_handed_over
 from gangpreempt.telemetry import metrics
 from gangpreempt.telemetry.tracing import continued_span, current_carrier, root_span
 from services.livestate import LiveState, key_of
+from services.quota.arrivals import ARRIVAL_WAITS, MAX_SEEN, QUIET_S, arrival_of
 from services.quota.confirming import Confirmer
 from services.quota.flights import ACTUATED, ADMITTING, REQUESTED, Flight, Flights
 from services.quota.freed import FreedRoom
@@ -103,6 +106,9 @@ class Quota:
         self.book.on_change(self.record_changed)
         self.dirty = asyncio.Event()
         self.changes = 0  # state changes applied, to tell a burst that is still arriving
+        self.urgent = False  # a preemptor arrived since the last cycle started
+        self.arrived = asyncio.Event()  # ... and cuts the gathering of other changes short
+        self.seen: dict[str, datetime] = {}  # preemptor -> when its latest arrival was applied
         self.published: dict[str, tuple[str, ...]] = {}  # workload -> last decision signature
         self.counter = itertools.count(1)
         self.instance = f"{os.getpid()}-{secrets.token_hex(3)}"
@@ -197,6 +203,14 @@ class Quota:
         if self.shadow is not None:
             self.shadow.observe(kind, old, new)
             return
+        arrived = arrival_of(kind, old, new)
+        if arrived is not None:
+            self.urgent = True
+            self.arrived.set()
+            if len(self.seen) >= MAX_SEEN:
+                self.seen.pop(next(iter(self.seen)))
+            self.seen.pop(arrived, None)
+            self.seen[arrived] = self.ctx.now()
         if kind == "Workload" and new is None and old is not None:
             self.published.pop(old.key, None)  # forget it: a new one may reuse the name
             self.flights.forget(old.key)
@@ -218,6 +232,7 @@ class Quota:
         for key, ref in zip(pairs[::2], pairs[1::2], strict=True):
             if key:
                 self.traces.pop(key, None)
+                self.seen.pop(ref, None)
                 metrics.hop_forgotten("actuated", ref)
 
     # -- the admission cycle -----------------------------------------------------------------
@@ -240,6 +255,7 @@ class Quota:
                 self.busy = True
                 await self.settle_burst()
                 self.dirty.clear()
+                self.urgent = False
                 seq = self.replica.seq
                 await self.cycle()
                 if self.replica.complete:
@@ -302,13 +318,25 @@ class Quota:
         return max(0.0, min(TICK_S, self.retry_due - time.monotonic()))
 
     async def settle_burst(self) -> None:
-        """Gather the changes of a burst (a manifest applied, a relist): wait one cycle
-        delay, and again while changes keep coming, up to BURST_WAITS delays, so a cycle
-        does not decide on half of what is arriving."""
+        """Gather the changes of a burst before a cycle (``arrivals.py``). After any
+        change: one cycle delay, and again while changes keep coming, up to BURST_WAITS
+        delays, so a cycle does not decide on half of what is arriving. A preemptor's
+        arrival (before or during that wait) cuts it short: then only until no change
+        came for ``QUIET_S``, ``ARRIVAL_WAITS`` cycle delays at most."""
         delay = self.ctx.settings.cycle_delay
         for _ in range(BURST_WAITS):
+            if self.urgent:
+                break
             seen = self.changes
-            if await sleep_or_stop(self.ctx.stop, delay) or self.changes == seen:
+            self.arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), delay)
+            if self.ctx.stop.is_set() or (self.changes == seen and not self.urgent):
+                return
+        deadline = time.monotonic() + ARRIVAL_WAITS * delay
+        while self.urgent and time.monotonic() < deadline:
+            seen = self.changes
+            if await sleep_or_stop(self.ctx.stop, QUIET_S) or self.changes == seen:
                 return
 
     async def housekeeping(self) -> None:
@@ -556,6 +584,8 @@ class Quota:
         self.flights.start(rec)
         self.confirmer.create(rec)
         log.info("preemption requested", workload=d.preemptor, request_id=request_id)
+        seen_at = self.seen.pop(d.preemptor, None)
+        metrics.hop("seen_to_requested", seen_at, now)
         return events.PreemptionRequested(
             id=request_id,
             occurred_at=now,
@@ -568,6 +598,7 @@ class Quota:
             flavors=d.flavors,
             claimed=claimed,
             state_seq=seq,
+            seen_at=seen_at,
         )
 
     def admitted(self, d: Any, wl: Any) -> events.Admitted:

@@ -16,8 +16,17 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 def test_scale_bench_runs_and_writes_results(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
-    bench_scale.main(["--nodes", "40", "--gangs", "2", "--churn", "20", "--out", str(out)])
+    bench_scale.main(
+        ["--nodes", "40", "--gangs", "2", "--churn", "20", "--gang-pods", "8,2", "--out", str(out)]
+    )
     (size,) = json.loads(out.read_text())["sizes"]
+    assert set(size["by_gang"]) == {"8", "2"}
+    assert size["by_gang"]["8"]["no_churn"] == size["no_churn"]  # the first size, as before
+    for phases in size["by_gang"].values():
+        for phase in phases.values():
+            assert phase["outcomes"] == {"PlanActuated": 2}, phase
+            # quota saw each gang arrive: the first hop is split at its seen_at
+            assert phase["hops"]["seen -> requested"]["n"] == 2
     assert size["nodes"] == 40
     assert size["running_pods"] == 400
     assert size["initial"]["quota_caught_up_s"] >= size["initial"]["state_complete_s"] > 0

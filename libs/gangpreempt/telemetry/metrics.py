@@ -113,8 +113,9 @@ VICTIMS = Counter(
 )
 HOP_SECONDS = Histogram(
     "gangpreempt_decision_hop_seconds",
-    "Time between the events of one decision, per hop: requested_to_proposed, "
-    "proposed_to_confirmed, confirmed_to_actuated, actuated_to_admitted.",
+    "Time between the events of one decision, per hop: seen_to_requested (quota applied "
+    "the preemptor's arrival -> its request), requested_to_proposed, proposed_to_confirmed, "
+    "confirmed_to_actuated, actuated_to_admitted.",
     ["hop"],
     buckets=HOP_BUCKETS,
 )
