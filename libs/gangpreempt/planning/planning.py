@@ -103,8 +103,16 @@ def _plan(
         return planner
 
     excluded = list(excluded)
+    workload = _submitted_workload(state, workload) if workload is not None else None
+    kind, _, key = (workload or "").partition("/")
+    wl = state.workloads.get(key) if kind == "Workload" else None
+    own_tree = _tree_of(snapshot, state.cluster_queue_of(wl)) if wl is not None else None
     for key in excluded:
-        snapshot.pin(key)
+        # Only a workload in the preemptor's cohort tree can be a candidate: pinning the
+        # others (a burst's requests name every victim in flight) would change nothing.
+        aw = snapshot.admitted.get(key)
+        if own_tree is None or (aw is not None and _tree_of(snapshot, aw.cq) is own_tree):
+            snapshot.pin(key)
     if workload is None:
         if state.pods and state.nodes:
             planner = planner_for()
@@ -115,7 +123,6 @@ def _plan(
             if state.pods:
                 decisions += _no_nodes(node_decisions(planner_for()))
         return Plan(now=rfc3339(now), decisions=_owned(state, decisions))
-    workload = _submitted_workload(state, workload)
     _kind, namespace, name = parse_object_ref(workload)
     if is_node_level(state, workload):
         planner = planner_for()
@@ -142,6 +149,13 @@ def _plan(
         planner.borrowing_queues = borrowing
         d = planner.compose(d)
     return Plan(now=rfc3339(now), decisions=_owned(state, [d]))
+
+
+def _tree_of(snapshot: Snapshot, cq: str | None) -> object | None:
+    """The root of ``cq``'s cohort tree (the ClusterQueue's own node without a cohort);
+    None when the ClusterQueue is unknown."""
+    queue = snapshot.cqs.get(cq) if cq is not None else None
+    return queue.node.root() if queue is not None else None
 
 
 def _submitted_workload(state: ClusterState, ref: str) -> str:
