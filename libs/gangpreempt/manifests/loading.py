@@ -19,6 +19,7 @@ from gangpreempt.manifests.fastpod import fast_pod
 from gangpreempt.manifests.fields import Fields, Where, describe
 from gangpreempt.manifests.labels import metadata_labels
 from gangpreempt.manifests.yamlio import (
+    LazyItems,
     NotFast,
     documents,
     fast_documents,
@@ -293,7 +294,9 @@ class _Reader:
         top = Fields(where, doc, prefix)
         kind = top.text("kind", required=True)
         api_version = top.text("apiVersion", required=True)
-        if kind == "List" or (kind.endswith("List") and isinstance(doc.get("items"), list)):
+        if kind == "List" or (
+            kind.endswith("List") and isinstance(doc.get("items"), list | LazyItems)
+        ):
             items = doc.get("items") or []
             for i, item in enumerate(items):
                 if self._plain_pod(item):

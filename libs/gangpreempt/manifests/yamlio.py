@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import msgspec
 import yaml
@@ -159,19 +159,20 @@ def fast_documents(file: str) -> Iterator[tuple[int, Any]]:
     documents cannot be told apart for sure."""
     try:
         data = read_bytes(file)
-        text = data.decode("utf-8")
     except OSError as exc:
         raise ManifestError(file, f"cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ManifestError(file, f"not UTF-8 text (byte {exc.start})") from exc
-    head = text.lstrip()[:1]
-    if head in ("{", "["):
+    start = _LEADING_SPACE.match(data)
+    if data[start.end() if start else 0 : (start.end() if start else 0) + 1] in (b"{", b"["):
         try:
-            yield 1, msgspec.json.decode(data)
+            yield 1, _json_document(data)
         except msgspec.DecodeError:
             pass  # YAML that looks like JSON (flow style): read below
         else:
             return
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(file, f"not UTF-8 text (byte {exc.start})") from exc
     try:
         parsed = yaml_rs.loads(text, duplicate_key_policy=yaml_rs.DuplicateKeyPolicy.LastWins)
     except Exception as exc:  # a syntax error: the lined reader says where
@@ -189,6 +190,53 @@ def fast_documents(file: str) -> Iterator[tuple[int, Any]]:
     if isinstance(parsed, list):
         raise NotFast("a document that is a list")
     yield 1, parsed
+
+
+_LEADING_SPACE = re.compile(rb"\s*")
+
+
+class _ListShape(msgspec.Struct):
+    """A JSON List (``kubectl get -o json``) as far as it needs reading whole: its items
+    stay undecoded until each is read."""
+
+    kind: str = ""
+    items: list[msgspec.Raw] | None = None
+
+
+class LazyItems(Sequence[Any]):
+    """A List's items, each decoded when it is read and not kept: a cluster's List of
+    200,000 objects is never all decoded at once (as Python objects it is several times
+    the size of its text)."""
+
+    def __init__(self, raw: list[msgspec.Raw]) -> None:
+        self._raw = raw
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [msgspec.json.decode(r) for r in self._raw[index]]
+        return msgspec.json.decode(self._raw[index])
+
+
+def _json_document(data: bytes) -> Any:
+    """A JSON document; a List's ``items`` as ``LazyItems`` (the rest of the List is
+    decoded as it is)."""
+    try:
+        shape = msgspec.json.decode(data, type=_ListShape)
+    except msgspec.ValidationError:
+        shape = None  # not a mapping, or items that are not a list: decoded as it is
+    if shape is None or shape.items is None or not shape.kind.endswith("List"):
+        return msgspec.json.decode(data)
+    doc = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+    out: dict[str, Any] = {k: msgspec.json.decode(v) for k, v in doc.items() if k != "items"}
+    out["items"] = LazyItems(shape.items)
+    return out
 
 
 def _has_content(text: str) -> bool:
@@ -210,6 +258,7 @@ def line_of(container: Any, key: Any) -> int | None:
 
 __all__ = [
     "STDIN",
+    "LazyItems",
     "LinedDict",
     "LinedList",
     "NotFast",
