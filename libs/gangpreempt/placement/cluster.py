@@ -107,6 +107,7 @@ class NodeCluster:
         self.free_rows: dict[tuple[str, ...], Any] = {}
         self._own_rows: set[tuple[str, ...]] = set()  # arrays a fork has copied
         self._owned: set[str] | None = None  # a fork: the nodes whose room it copied
+        self._shares_nodes = False  # a fork: ``nodes``, ``by_name`` still its base's
         self.allowed_rows: dict[bytes, Any] = {}  # per scheduling constraints
         for view in self.nodes:
             view.on_change = self._changed
@@ -201,8 +202,12 @@ class NodeCluster:
         fork = NodeCluster.__new__(NodeCluster)
         fork.__dict__.update(self.__dict__)
         fork.base = self
-        fork.nodes = list(self.nodes)
-        fork.by_name = dict(self.by_name)
+        if self._owned:  # a fork that replaced nodes in its lists: the child copies them
+            fork.nodes = list(self.nodes)
+            fork.by_name = dict(self.by_name)
+        # else ``nodes`` and ``by_name`` are shared until the first ``use`` (the cluster
+        # forked never replaces an entry: it changes its views in place)
+        fork._shares_nodes = not self._owned
         fork.nominated = dict(self.nominated)
         fork.free_rows = dict(self.free_rows)
         fork._own_rows = set()
@@ -216,6 +221,10 @@ class NodeCluster:
         if view is None:
             return
         if self._owned is not None and name not in self._owned:
+            if self._shares_nodes:
+                self.nodes = list(self.nodes)
+                self.by_name = dict(self.by_name)
+                self._shares_nodes = False
             view = view.copy()
             view.on_change = self._changed
             self.nodes[self.row[name]] = self.by_name[name] = view
@@ -288,7 +297,11 @@ class NodeCluster:
             return list(range(len(self.nodes)))
         need = np.array([demand[r] for r in resources], dtype=np.int64)
         rows = self.free_rows_of(resources)
-        return [int(i) for i in np.flatnonzero((rows >= need).all(axis=1))]
+        room = rows[:, 0] >= need[0]
+        for k in range(1, len(resources)):  # column by column: cheaper than .all(axis=1)
+            room &= rows[:, k] >= need[k]
+        found: list[int] = np.flatnonzero(room).tolist()
+        return found
 
     # -- priorities ---------------------------------------------------------------------
 

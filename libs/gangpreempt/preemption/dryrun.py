@@ -7,11 +7,19 @@ the columns, each step for all nodes together. It is used when no PodDisruptionB
 exists and no pod is nominated with the preemptor's priority or above, the cases whose
 reprieve order or room depends on more than the node itself; the node-by-node code
 handles those.
+
+A node's outcome (its victims and scores) depends only on its own row: the columns,
+which units the preemptor may take, and the node's free room. With nothing excluded,
+the outcomes are kept between decisions of the same shape (``Verdicts``, in the table's
+caches that every change to the units clears) and a node is computed again only when
+its room is not the one its outcome was computed with; the decision then looks at the
+first candidate nodes' kept scores.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -44,12 +52,29 @@ class Takeable:
     """For one preemptor priority (and units excluded), which columns it may take and
     what taking all of them frees on each node."""
 
-    __slots__ = ("any", "freed", "mask")
+    __slots__ = ("_any", "freed", "mask")
 
     def __init__(self, cols: NodeColumns, usable: npt.NDArray[np.bool_]) -> None:
-        self.mask = cols.present & usable[np.where(cols.present, cols.index, 0)]
-        self.any = self.mask.any(axis=1)
-        self.freed = (cols.taken * self.mask[:, :, None]).sum(axis=1)
+        # ``usable`` with one False appended: an empty cell (index -1) reads that one.
+        n = len(usable)
+        padded = np.zeros(n + 1, dtype=np.bool_)
+        padded[:n] = usable
+        self.mask: npt.NDArray[np.bool_] = padded[cols.index]
+        weights = self.mask.astype(np.int64)
+        # Per row, the taken room of its masked cells summed: one integer matrix product
+        # per row (rows x 1 x width @ rows x width x resources), exact as the sum is.
+        self.freed: I64 = np.matmul(weights[:, None, :], cols.taken)[:, 0, :]
+        self._any: npt.NDArray[np.bool_] | None = None
+
+    @property
+    def any(self) -> npt.NDArray[np.bool_]:
+        """Per row, whether it holds a masked cell (computed on first use)."""
+        if self._any is None:
+            found = np.zeros(self.mask.shape[0], dtype=np.bool_)
+            for col in range(self.mask.shape[1]):
+                found |= self.mask[:, col]
+            self._any = found
+        return self._any
 
 
 def _takeable(
@@ -58,21 +83,103 @@ def _takeable(
     resources: tuple[str, ...],
     priority: int,
     exclude: Collection[str],
-) -> Takeable:
-    """Cached per (resources, priority) when nothing is excluded, the usual case."""
+) -> tuple[Takeable, bool]:
+    """Cached per (resources, priority) when nothing is excluded, the usual case; and
+    whether it is the cached one."""
     skip = [cols.position[r] for r in exclude if r in cols.position]
     key = ("takeable", priority, *resources)
     cached = table.derived.get(key)
     if cached is not None and not skip:
         result: Takeable = cached
-        return result
+        return result, True
     usable = table.eligible_mask(priority)
     if skip:
         usable = usable.copy()
         usable[skip] = False
-        return Takeable(cols, usable)
+        return Takeable(cols, usable), False
     takeable = table.derived[key] = Takeable(cols, usable)
-    return takeable
+    return takeable, True
+
+
+class Verdicts:
+    """Per row (node), the reprieve's outcome for one preemptor shape (resources, need,
+    priority, nothing excluded): its victims and the scores pickOneNodeForPreemption
+    compares, kept between decisions. It lives in ``table.derived``, which every change
+    to the units clears, and belongs to one ``Takeable`` (the columns and the takeable
+    mask it was computed on); a row is reused only while the node's free room is the
+    one it was computed with (a decision on a fork that holds room elsewhere, or a node
+    whose allocatable changed, computes the rows it changed again)."""
+
+    __slots__ = (
+        "cols",
+        "earliest",
+        "free",
+        "highest",
+        "n_pods",
+        "takeable",
+        "total",
+        "valid",
+        "victim",
+    )
+
+    def __init__(self, cols: NodeColumns, takeable: Takeable) -> None:
+        n, width = takeable.mask.shape
+        n_resources = len(cols.resources)
+        self.cols = cols
+        self.takeable = takeable
+        self.valid = np.zeros(n, dtype=np.bool_)
+        self.free: I64 = np.zeros((n, n_resources), dtype=np.int64)  # room computed on
+        self.victim = np.zeros((n, width), dtype=np.bool_)
+        self.highest: I64 = np.zeros(n, dtype=np.int64)
+        self.total: I64 = np.zeros(n, dtype=np.int64)
+        self.n_pods: I64 = np.zeros(n, dtype=np.int64)
+        self.earliest = np.zeros(n, dtype=np.float64)
+
+    def update(self, rows: I64, free: I64, freed_all: I64, need: I64) -> None:
+        """Make ``rows`` current: those not computed yet, or computed on other room
+        (``free``: the nodes' room now; ``freed_all``: with every takeable unit gone)."""
+        cols = self.cols
+        ok = self.valid[rows]
+        then, now = self.free[rows], free[rows]
+        for k in range(free.shape[1]):
+            ok &= then[:, k] == now[:, k]
+        todo = rows[~ok]
+        if len(todo) == 0:
+            return
+        victim = _reprieve(freed_all[todo], self.takeable.mask[todo], cols.taken[todo], need)
+        scores = _scores(todo, victim, cols)
+        self.victim[todo] = victim
+        self.highest[todo], self.total[todo], self.n_pods[todo], self.earliest[todo] = scores
+        self.free[todo] = now[~ok]
+        self.valid[todo] = True
+
+    def pick(self, rows: I64) -> int:
+        """``_pick`` on the kept scores (``rows`` current)."""
+        return _narrow(
+            self.highest[rows],
+            lambda at: (
+                self.total[rows[at]],
+                self.n_pods[rows[at]],
+                self.earliest[rows[at]],
+            ),
+        )
+
+
+def _verdicts(
+    table: UnitTable,
+    cols: NodeColumns,
+    takeable: Takeable,
+    priority: int,
+    need: tuple[int, ...],
+) -> Verdicts:
+    """The kept outcomes of this shape (made when there are none for this ``Takeable``
+    and these columns)."""
+    key = ("verdicts", priority, cols.resources, need)
+    found = table.derived.get(key)
+    if found is None or found.takeable is not takeable or found.cols is not cols:
+        found = table.derived[key] = Verdicts(cols, takeable)
+    verdicts: Verdicts = found
+    return verdicts
 
 
 def dry_run(
@@ -85,35 +192,63 @@ def dry_run(
 ) -> tuple[tuple[int, list[Unit]] | None, int]:
     """The best node among the first ``limit`` candidate nodes in name order: (its
     position, its victims most important first), or None when no node helps; and how
-    many nodes were looked at."""
+    many nodes were looked at. With nothing excluded, the nodes' outcomes are kept for
+    the next decision of the same shape (``Verdicts``)."""
     demand = cluster.demand(pod)
     resources = tuple(sorted(r for r, v in demand.items() if v > 0))
     need = np.array([demand[r] for r in resources], dtype=np.int64)
     cols = table.columns_for(resources)
     if cols.index.shape[1] == 0:
         return None, 0
-    takeable = _takeable(table, cols, resources, priority, exclude)
-    mask = takeable.mask
-    freed_all = cluster.free_rows_of(resources) + takeable.freed
+    takeable, shared = _takeable(table, cols, resources, priority, exclude)
+    free = cluster.free_rows_of(resources)
+    freed_all = free + takeable.freed
     potential = allowed_rows(cluster, pod.scheduling) & takeable.any
-    rows = np.flatnonzero(potential & (freed_all >= need).all(axis=1))[:limit]
+    helps = potential.copy()
+    for k in range(len(resources)):  # column by column: cheaper than .all(axis=1)
+        helps &= freed_all[:, k] >= need[k]
+    rows = np.flatnonzero(helps)[:limit]
     if len(rows) == 0:
         return None, int(potential.sum())
     # Node by node, the walk stops at the limit-th candidate, or goes through them all.
     walked = potential[: int(rows[-1]) + 1] if len(rows) == limit else potential
     evaluated = int(walked.sum())
-    room = freed_all[rows]
-    live = mask[rows]
-    taken = cols.taken[rows]
+    if shared:
+        verdicts = _verdicts(table, cols, takeable, priority, tuple(need.tolist()))
+        verdicts.update(rows, free, freed_all, need)
+        best = verdicts.pick(rows)
+        victims = verdicts.victim[rows[best]]
+    else:
+        victim = _reprieve(freed_all[rows], takeable.mask[rows], cols.taken[rows], need)
+        best = _pick(rows, victim, cols)
+        victims = victim[best]
+    chosen = [_unit(cols, int(i)) for i in cols.index[rows[best]][victims]]
+    return (int(rows[best]), chosen), evaluated
+
+
+def _reprieve(room: I64, live: npt.NDArray[np.bool_], taken: I64, need: I64) -> Any:
+    """selectVictimsOnNode's reprieve for every row at once: ``room`` (rows x resources)
+    with every ``live`` cell (rows x columns) gone, ``taken`` (rows x columns x
+    resources) what each cell holds; the columns most important first, each put back
+    while the pod (``need``) still fits. The victims, as a mask like ``live``."""
+    free = np.ascontiguousarray(room.T)  # resources x rows: each test a short reduction
+    want = need[:, None]
     victim = np.zeros_like(live)
-    for col in range(live.shape[1]):  # most important first: reprieve while it fits
+    for col in range(live.shape[1]):
         here = live[:, col]
         if not here.any():
             continue
-        trial = room - taken[:, col, :]
-        back = here & (trial >= need).all(axis=1)
-        room = np.where(back[:, None], trial, room)
+        trial = free - taken[:, col, :].T
+        back = here & (trial >= want).all(axis=0)
+        free = np.where(back, trial, free)
         victim[:, col] = here & ~back
+    return victim
+
+
+def _scores(rows: I64, victim: Any, cols: NodeColumns) -> tuple[I64, I64, I64, Any]:
+    """pickOneNodeForPreemption's criteria per row (lower is better but for the last):
+    highest victim priority, sum of (priority + 2^31) over victim pods, victim pods, and
+    the earliest start of the highest-priority victims (later is better)."""
     prio = cols.priority[rows]
     pods = cols.pods[rows]
     highest = np.where(victim, prio, np.iinfo(np.int64).min).max(axis=1)
@@ -121,12 +256,40 @@ def dry_run(
     n_pods = (pods * victim).sum(axis=1)
     top = victim & (prio == highest[:, None])
     earliest = np.where(top, cols.start[rows], np.inf).min(axis=1)
-    # pickOneNodeForPreemption: lowest highest priority, smallest sum, fewest pods, latest
-    # earliest start of the highest-priority victims, then name order (np.lexsort: last
-    # key first).
-    best = int(np.lexsort((rows, -earliest, n_pods, total, highest))[0])
-    chosen = [_unit(cols, int(i)) for i in cols.index[rows[best]][victim[best]]]
-    return (int(rows[best]), chosen), evaluated
+    return highest, total, n_pods, earliest
+
+
+def _narrow(highest: I64, rest: Callable[[I64], tuple[I64, I64, Any]]) -> int:
+    """The position of the best row by the criteria (``_scores``), the first in order
+    among equals: the rows tied on the highest priority are narrowed by the others
+    (``rest`` gives them for positions ``at``) in turn."""
+    at = np.flatnonzero(highest == highest.min())
+    if len(at) == 1:
+        return int(at[0])
+    total, n_pods, earliest = rest(at)
+    keep = total == total.min()
+    keep &= n_pods == n_pods[keep].min()
+    keep &= earliest == earliest[keep].max()
+    return int(at[np.argmax(keep)])
+
+
+def _pick(rows: I64, victim: Any, cols: NodeColumns) -> int:
+    """pickOneNodeForPreemption over the rows' victims: lowest highest priority,
+    smallest sum of (priority + 2^31) over victim pods, fewest victim pods, latest
+    earliest start of the highest-priority victims, then name order (``rows``
+    ascending): the position (in ``rows``) of the best."""
+    prio = cols.priority[rows]
+    highest = np.where(victim, prio, np.iinfo(np.int64).min).max(axis=1)
+
+    def rest(at: I64) -> tuple[I64, I64, Any]:
+        victims, pods = victim[at], cols.pods[rows[at]]
+        total = ((prio[at] + SHIFT) * pods * victims).sum(axis=1)
+        n_pods = (pods * victims).sum(axis=1)
+        top = victims & (prio[at] == highest[at][:, None])
+        earliest = np.where(top, cols.start[rows[at]], np.inf).min(axis=1)
+        return total, n_pods, earliest
+
+    return _narrow(highest, rest)
 
 
 def _unit(cols: NodeColumns, slot: int) -> Unit:
@@ -135,4 +298,4 @@ def _unit(cols: NodeColumns, slot: int) -> Unit:
     return unit
 
 
-__all__ = ["NodeColumns", "Takeable", "allowed_rows", "dry_run"]
+__all__ = ["NodeColumns", "Takeable", "Verdicts", "allowed_rows", "dry_run"]

@@ -505,7 +505,16 @@ class ColumnSearch:
     def capacity(self, free: Any) -> Any:
         """Pods of the shape each node (row) holds with ``free`` room; 0 where the shape
         may not go."""
-        cap = np.clip(free // self.need, 0, None).min(axis=1)
+        need = self.need
+        if len(need) == 0:
+            cap = np.clip(free // need, 0, None).min(axis=1)  # (raises as it always did)
+            return np.where(self.allowed, cap, 0)
+        # One resource at a time (cheaper than a reduction along the short axis); the
+        # least of the clipped counts is the least count clipped.
+        cap = free[:, 0] // need[0]
+        for k in range(1, len(need)):
+            np.minimum(cap, free[:, k] // need[k], out=cap)
+        np.maximum(cap, 0, out=cap)
         return np.where(self.allowed, cap, 0)
 
     def freed(self, units: Any) -> Any:
@@ -620,28 +629,31 @@ class ColumnSearch:
         lowest highest priority, fewest pods taken down, fewest units."""
         cols, need, base = self.cols, self.need, self.base
         cm = taking.mask
-        fits_now: Any = (base >= need).all(axis=1)
-        taken = cols.taken * cm[:, :, None]
-        suffix = np.flip(np.cumsum(np.flip(taken, 1), 1), 1)  # room from column j on
-        ok = (base[:, None, :] + suffix >= need).all(axis=2) & cm
+        n, width = cm.shape
+        fits_now: Any = np.ones(n, dtype=np.bool_)
+        ok = cm.copy()  # a pod fits with the chosen units from this column on gone
+        for k in range(len(need)):  # one resource at a time: 2-D arrays, short reductions
+            fits_now &= base[:, k] >= need[k]
+            if width:
+                room = np.cumsum((cols.taken[:, :, k] * cm)[:, ::-1], axis=1)[:, ::-1]
+                ok &= base[:, k, None] + room >= need[k]
         has = ok.any(axis=1)
-        width = cm.shape[1]
-        stop = width - 1 - np.argmax(np.flip(ok, 1), axis=1) if width else np.zeros(0, int)
         rows = np.flatnonzero(self.allowed & (fits_now | has))
         if width:
+            # Per row, the last column from which on the chosen units make room, and what
+            # is taken down from there: units, pods, their highest priority.
+            at = width - 1 - np.argmax(ok[rows, ::-1], axis=1)
+            gone = cm[rows] & (np.arange(width)[None, :] >= at[:, None])
+            count = gone.sum(axis=1)
+            pods = (cols.pods[rows] * gone).sum(axis=1)
             lowest = np.iinfo(np.int64).min
-            count = np.flip(np.cumsum(np.flip(cm, 1), 1), 1)
-            pods = np.flip(np.cumsum(np.flip(cols.pods * cm, 1), 1), 1)
-            prio = np.flip(
-                np.maximum.accumulate(np.flip(np.where(cm, cols.priority, lowest), 1), 1), 1
-            )
-            at = stop[rows]
+            prio = np.where(gone, cols.priority[rows], lowest).max(axis=1)
             now = fits_now[rows]
             keys = (
                 rows,
-                np.where(now, 0, count[rows, at]),
-                np.where(now, 0, pods[rows, at]),
-                np.where(now, 0, prio[rows, at]),
+                np.where(now, 0, count),
+                np.where(now, 0, pods),
+                np.where(now, 0, prio),
                 np.where(now, 0, 1),
             )
             rows = rows[np.lexsort(keys)]
