@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from gangpreempt.model.queues import STRICT_FIFO
+from gangpreempt.model.workloads import Workload
 from gangpreempt.planning.deciding import (
     Evaluation,
     can_always_reclaim,
@@ -105,9 +106,7 @@ class AdmissionPass:
     def run(self) -> list[Decision]:
         snap = self.snapshot
         by_queue: dict[str, list[PendingWorkload]] = {}
-        for wl in sorted(snap.state.workloads.values(), key=lambda w: w.key):
-            if not wl.is_pending:
-                continue
+        for wl in _pending_by_key(snap):
             pending = PendingWorkload.of(snap.state, wl, snap.now)
             reason = unavailable(snap, pending)
             if reason is not None:
@@ -243,10 +242,20 @@ def admission_pass(
     return AdmissionPass(snapshot, waiting, first, observe).run()
 
 
+def _pending_by_key(snapshot: Snapshot) -> list[Workload]:
+    """The pending workloads of the snapshot's state, by key (only they are sorted)."""
+    found = snapshot.pending_workloads()
+    found.sort(key=_key)
+    return found
+
+
+def _key(wl: Workload) -> str:
+    return wl.key
+
+
 def iter_pending(snapshot: Snapshot) -> Iterator[PendingWorkload]:
-    for wl in sorted(snapshot.state.workloads.values(), key=lambda w: w.key):
-        if wl.is_pending:
-            yield PendingWorkload.of(snapshot.state, wl, snapshot.now)
+    for wl in _pending_by_key(snapshot):
+        yield PendingWorkload.of(snapshot.state, wl, snapshot.now)
 
 
 __all__ = ["AdmissionPass", "admission_pass", "iter_pending"]

@@ -24,7 +24,15 @@ from enum import IntEnum
 from gangpreempt.model.queues import ANY, LOWER_OR_NEWER_EQUAL_PRIORITY, LOWER_PRIORITY, NEVER
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import AdmittedWorkload, ClusterQueueState, Snapshot
-from gangpreempt.quota.tree import FR, Node, Quantities, quantities_fit_in_quota
+from gangpreempt.quota.tree import (
+    FR,
+    Node,
+    Quantities,
+    quantities_fit_in_quota,
+    remove_amounts,
+    remove_usages,
+    restore_usages,
+)
 
 _NOTHING = -(2**63)  # a priority bound nothing is below
 
@@ -192,52 +200,101 @@ def _collect(
     advantage: bool,
     out: list[Source],
 ) -> None:
+    frs = req.frs
     for child in current.child_cohorts:
-        if child is skip or child.within_nominal(req.frs):
+        if child is skip or child.within_nominal(frs):
             continue
         _collect(snapshot, req, child, subtree_root, skip, advantage, out)
-    for child in current.child_cqs:
-        if child is req.cq.node or child.within_nominal(req.frs):
+    own = req.cq.node
+    children = snapshot.child_cluster_queues(current)
+    if len(frs) == 1:
+        (fr,) = frs
+        for child, cq in children:
+            if child.subtree_quota.get(fr, 0) < child.usage.get(fr, 0) and child is not own:
+                out.append(Source(cq, subtree_root, advantage))
+        return
+    for child, cq in children:
+        if child is own:
             continue
-        out.append(Source(snapshot.cqs[child.name], subtree_root, advantage))
+        usage, quota = child.usage, child.subtree_quota
+        for fr in frs:
+            if quota.get(fr, 0) < usage.get(fr, 0):  # not within its nominal quota
+                out.append(Source(cq, subtree_root, advantage))
+                break
 
 
-def _tagged(
-    lst: list[AdmittedWorkload], src: Source
-) -> Iterator[tuple[tuple[int, float, str], AdmittedWorkload, Source]]:
-    for aw in lst:
-        yield aw.order_key, aw, src
+# The index lists a group of sources reads, each with its source, in source order.
+IndexLists = list[tuple[list[AdmittedWorkload], Source]]
+
+
+def _index_lists(sources: list[Source], frs: frozenset[FR], evicting: bool) -> IndexLists:
+    out: IndexLists = []
+    for src in sources:
+        for lst in src.cq.using(frs, evicting):
+            out.append((lst, src))
+    return out
+
+
+def _exists(lists: IndexLists, classifier: Classifier, bound: int | None) -> bool:
+    """Would ``_stream`` over ``lists`` yield anything? Each list is read up to
+    ``bound`` only: existence needs no merged order."""
+    for lst, src in lists:
+        for aw in lst:
+            if bound is not None and aw.priority >= bound:
+                break
+            if classifier.variant(aw, src.advantage) is not Variant.NEVER:
+                return True
+    return False
 
 
 def _stream(
-    sources: list[Source],
-    frs: frozenset[FR],
-    evicting: bool,
+    lists: IndexLists,
     classifier: Classifier,
     bound: int | None,
     cost: str = "",
 ) -> Iterator[Candidate]:
-    """Candidates of ``sources`` in victim order, classified, NEVER ones dropped; stops at
-    the first candidate whose priority reaches ``bound``. With ``cost``
-    ``lost-gpu-hours``, candidates of one priority come least lost work first."""
+    """Candidates of the index ``lists`` in victim order, classified, NEVER ones dropped;
+    stops at the first candidate whose priority reaches ``bound``. With ``cost``
+    ``lost-gpu-hours``, candidates of one priority come least lost work first.
+
+    The lists are merged as ``heapq.merge`` would (ties: the earlier list first), on a
+    heap of (order key, list, position)."""
     if cost == LOST_GPU_HOURS:
         now = classifier.now_ts
-        found = list(_stream(sources, frs, evicting, classifier, bound))
+        found = list(_stream(lists, classifier, bound))
         found.sort(key=lambda c: (c.aw.priority, c.aw.lost_work(now), c.aw.order_key))
         yield from found
         return
-    lists = [_tagged(lst, src) for src in sources for lst in src.cq.using(frs, evicting)]
     if not lists:
         return
-    merged = lists[0] if len(lists) == 1 else heapq.merge(*lists, key=lambda t: t[0])
+    variant_of = classifier.variant
+    if len(lists) == 1:
+        lst, src = lists[0]
+        for aw in lst:
+            if bound is not None and aw.priority >= bound:
+                return
+            variant = variant_of(aw, src.advantage)
+            if variant is not Variant.NEVER:
+                yield Candidate(aw, src.lca, variant)
+        return
+    heap = [(lst[0].order_key, i, 0) for i, (lst, _src) in enumerate(lists)]
+    heapq.heapify(heap)
     seen: set[str] = set()
-    for _key, aw, src in merged:
+    while heap:
+        _key, i, pos = heap[0]
+        lst, src = lists[i]
+        aw = lst[pos]
         if bound is not None and aw.priority >= bound:
             return
+        pos += 1
+        if pos < len(lst):
+            heapq.heapreplace(heap, (lst[pos].order_key, i, pos))
+        else:
+            heapq.heappop(heap)
         if aw.key in seen:
             continue
         seen.add(aw.key)
-        variant = classifier.variant(aw, src.advantage)
+        variant = variant_of(aw, src.advantage)
         if variant is not Variant.NEVER:
             yield Candidate(aw, src.lca, variant)
 
@@ -264,6 +321,10 @@ class Candidates:
         self.req = req
         self.classifier = Classifier(req)
         policy = req.cq.spec.preemption
+        # (id of a source list of this object, evicting) -> its index lists: the indexes
+        # do not change during a search (only usage does)
+        self._lists: dict[tuple[int, bool], IndexLists] = {}
+        self._nothing: list[Source] = []
         self.hierarchy, self.priority = cohort_sources(snapshot, req)
         self.own = [Source(req.cq, None, False)] if policy.within_cluster_queue != NEVER else []
         self.cohort_bound = self.classifier.priority_bound(policy.reclaim_within_cohort)
@@ -273,11 +334,18 @@ class Candidates:
             self.priority, self.cohort_bound
         )
 
+    def _lists_of(self, sources: list[Source], evicting: bool) -> IndexLists:
+        key = (id(sources), evicting)
+        found = self._lists.get(key)
+        if found is None:
+            found = self._lists[key] = _index_lists(sources, self.req.frs, evicting)
+        return found
+
     def _exists(self, sources: list[Source], bound: int | None) -> bool:
-        for evicting in (True, False):
-            for _ in _stream(sources, self.req.frs, evicting, self.classifier, bound):
-                return True
-        return False
+        return any(
+            _exists(self._lists_of(sources, evicting), self.classifier, bound)
+            for evicting in (True, False)
+        )
 
     def _groups(self, borrowing: bool) -> list[tuple[list[Source], int | None]]:
         """(sources, priority bound) of the hierarchy, priority and same-queue groups."""
@@ -292,7 +360,7 @@ class Candidates:
             priority_bound = _min_bound(_min_bound(self.cohort_bound, c.priority), threshold)
             priority_sources = self.priority
         else:
-            priority_bound, priority_sources = None, []
+            priority_bound, priority_sources = None, self._nothing
         return [
             (self.hierarchy, self.cohort_bound),
             (priority_sources, priority_bound),
@@ -304,7 +372,7 @@ class Candidates:
         cost = self.snapshot.victim_cost
         for evicting in (True, False):
             for sources, bound in groups:
-                yield from _stream(sources, self.req.frs, evicting, self.classifier, bound, cost)
+                yield from _stream(self._lists_of(sources, evicting), self.classifier, bound, cost)
 
     def could_fit(self, borrowing: bool, fits: Callable[[bool], bool]) -> bool:
         """Would the preemptor fit if every candidate this pass could ever take were gone?
@@ -314,24 +382,40 @@ class Candidates:
         bulk per queue: the freed amount of a resource needing preemption is bounded by the
         candidates' usage of it, of any other resource by the queue's whole usage of it.
         """
-        freed: dict[str, Quantities] = {}
-        for sources, bound in self._groups(borrowing):
+        needed, frs = self.req.usage, self.req.frs
+        groups = self._groups(borrowing)
+        if len(needed) == 1 and len(frs) == 1 and frs <= needed.keys():
+            # One flavor-resource, the one needing preemption: amounts per node.
+            (fr,) = frs
+            freed_one: dict[Node, int] = {}
+            for sources, bound in groups:
+                for src in sources:
+                    total = src.cq.freeable(fr, bound)
+                    node = src.cq.node
+                    before = freed_one.get(node, 0)
+                    freed_one[node] = total if total > before else before
+            journal = remove_amounts(fr, freed_one.items())
+            try:
+                return fits(borrowing)
+            finally:
+                restore_usages(journal)
+        freed: dict[str, tuple[Node, Quantities]] = {}
+        for sources, bound in groups:
             for src in sources:
-                amounts = freed.setdefault(src.cq.name, {})
-                for fr in self.req.usage:
-                    if fr in self.req.frs:
-                        total = sum(src.cq.usage_below(fr, ev, bound) for ev in (True, False))
-                    else:
-                        total = src.cq.node.usage.get(fr, 0)
-                    amounts[fr] = max(amounts.get(fr, 0), total)
-        snapshot = self.snapshot
-        for name, amounts in freed.items():
-            snapshot.withdraw(snapshot.cqs[name].node, amounts)
+                cq = src.cq
+                entry = freed.get(cq.name)
+                if entry is None:
+                    entry = freed[cq.name] = (cq.node, {})
+                amounts = entry[1]
+                for fr in needed:
+                    total = cq.freeable(fr, bound) if fr in frs else cq.node.usage.get(fr, 0)
+                    before = amounts.get(fr, 0)
+                    amounts[fr] = total if total > before else before
+        journal = remove_usages(freed.values())
         try:
             return fits(borrowing)
         finally:
-            for name, amounts in freed.items():
-                snapshot.put_back(snapshot.cqs[name].node, amounts)
+            restore_usages(journal)
 
 
 __all__ = [

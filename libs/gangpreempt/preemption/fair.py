@@ -36,7 +36,7 @@ from gangpreempt.preemption.candidates import (
 from gangpreempt.preemption.classical import Target
 from gangpreempt.quota.fairshare import DRS, NEGATIVE, compare, dominant_resource_share
 from gangpreempt.quota.snapshot import AdmittedWorkload, ClusterQueueState, Snapshot
-from gangpreempt.quota.tree import Node, cq_available
+from gangpreempt.quota.tree import FR, Node, cq_available
 
 IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
 
@@ -51,45 +51,76 @@ OrderKey = tuple[bool, bool, int, float, str]
 
 
 class _Stream:
-    """A queue's candidates in Kueue's order, read lazily, with one to peek at (and its
-    order key, for ties between queues)."""
+    """A queue's candidates in Kueue's order, read lazily (not even the first until
+    asked: the indexes do not change during a search), with one to peek at and its order
+    key, for ties between queues."""
 
-    __slots__ = ("_head", "_it", "_own", "head_key")
+    __slots__ = ("_head", "_it", "_key", "_own", "_read")
 
     def __init__(self, items: Iterator[AdmittedWorkload], own: str) -> None:
         self._it = items
         self._own = own
         self._head: AdmittedWorkload | None = None
-        self.head_key: OrderKey | None = None
-        self._advance()
+        self._read = False  # whether ``_head`` is read
+        self._key: OrderKey | None = None
 
-    def _advance(self) -> None:
-        self._head = head = next(self._it, None)
-        self.head_key = _candidate_order(head, self._own) if head is not None else None
+    def _peek(self) -> AdmittedWorkload | None:
+        if not self._read:
+            self._head = next(self._it, None)
+            self._read = True
+        return self._head
 
     def __bool__(self) -> bool:
-        return self._head is not None
+        return self._peek() is not None
+
+    @property
+    def head_key(self) -> OrderKey | None:
+        head = self._peek()
+        if head is None:
+            return None
+        key = self._key
+        if key is None:
+            key = self._key = _candidate_order(head, self._own)
+        return key
 
     def first(self) -> AdmittedWorkload:
-        assert self._head is not None
-        return self._head
+        head = self._peek()
+        assert head is not None
+        return head
 
     def pop(self) -> AdmittedWorkload:
         head = self.first()
-        self._advance()
+        self._head, self._read, self._key = None, False, None
         return head
 
 
+# A child queue's place in its cohort's heap: the negated share key (highest share
+# first); between queues of one share, the order key of its head (``()`` until a tie asks
+# for it: it then comes first, so that a tie is always settled on every member's head);
+# its name; a version (the entry is stale once the queue has a newer one); the queue.
+_Entry = tuple[int, float, OrderKey | tuple[()], str, int, Node]
+
+
 class _Ordering:
-    """Target queues by share, descending the cohort tree from the root each time."""
+    """Target queues by share, descending the cohort tree from the root each time.
+
+    At each cohort the child queues wait in a heap by share: only a queue whose
+    candidates were popped since can have changed (its share and head), so only it is
+    placed again; among the queues of the highest share the one with the smallest head
+    (then name) wins, which is what a scan of every child would pick. A queue's
+    candidates are read only once it is at the top. Child cohorts are scanned (their
+    shares change with any queue below)."""
 
     def __init__(self, fair: FairSearch, candidates: dict[str, _Stream]) -> None:
         self.fair = fair
-        self.remaining = {name: c for name, c in candidates.items() if c}
+        self.remaining = dict(candidates)  # empty streams are pruned when met
         self.pruned: set[int] = set()
-        self._children: dict[int, tuple[list[Node], list[Node]]] = {}
+        self._heaps: dict[int, list[_Entry]] = {}
+        self._version: dict[int, int] = {}  # queue -> the version of its live entry
+        self._dirty: dict[int, Node] = {}  # queues popped from since their entry
 
     def pop(self, cq: Node) -> AdmittedWorkload:
+        self._dirty[id(cq)] = cq
         return self.remaining[cq.name].pop()
 
     def has(self, cq: Node) -> bool:
@@ -99,16 +130,12 @@ class _Ordering:
     def first(self, cq: Node) -> AdmittedWorkload:
         return self.remaining[cq.name].first()
 
-    def _head_key(self, cq: Node) -> OrderKey:
-        key = self.remaining[cq.name].head_key
-        assert key is not None
-        return key
-
     def drop(self, cq: Node) -> None:
         self.pruned.add(id(cq))
 
     def drain(self, cq: Node) -> AdmittedWorkload | None:
         """Take the queue out of this pass; its first remaining candidate, if any."""
+        self._dirty[id(cq)] = cq
         stream = self.remaining.pop(cq.name, None)
         return stream.first() if stream else None
 
@@ -124,45 +151,85 @@ class _Ordering:
             if target is not None:
                 yield target
 
-    def _live(self, cohort: Node) -> tuple[list[Node], list[Node]]:
-        """The child queues with candidates and the child cohorts not pruned yet."""
-        found = self._children.get(id(cohort))
-        if found is None:
-            cqs, cohorts = self.fair.children(cohort)
-            found = self._children[id(cohort)] = (
-                [c for c in cqs if self.has(c)],
-                list(cohorts),
-            )
-        return found
+    def _entry(self, child: Node) -> _Entry | None:
+        """A child queue's new entry, or None when it is pruned: no longer a candidate
+        queue or, unless it is the preemptor's, without a share."""
+        if id(child) in self.pruned:
+            return None
+        if child.name not in self.remaining:
+            self.pruned.add(id(child))
+            return None
+        drs = self.fair.share(child)
+        if drs.is_zero and child is not self.fair.own:
+            self.pruned.add(id(child))
+            return None
+        version = self._version.get(id(child), 0) + 1
+        self._version[id(child)] = version
+        k0, k1 = drs.key
+        return (-k0, -k1, (), child.name, version, child)
+
+    def _heap(self, cohort: Node) -> list[_Entry]:
+        heap = self._heaps.get(id(cohort))
+        if heap is None:
+            heap = []
+            for child in cohort.child_cqs:
+                if child.name in self.remaining:
+                    entry = self._entry(child)
+                    if entry is not None:
+                        heap.append(entry)
+            heapq.heapify(heap)
+            self._heaps[id(cohort)] = heap
+        elif self._dirty:
+            for key, child in list(self._dirty.items()):
+                if child.parent is cohort:
+                    del self._dirty[key]
+                    entry = self._entry(child)
+                    if entry is not None:
+                        heapq.heappush(heap, entry)
+        return heap
+
+    def _live_top(self, heap: list[_Entry]) -> _Entry | None:
+        """Pop what is stale, pruned or out of candidates; the top entry after that."""
+        while heap:
+            entry = heap[0]
+            child = entry[5]
+            if entry[4] != self._version[id(child)] or id(child) in self.pruned:
+                heapq.heappop(heap)
+                continue
+            if not self.has(child):  # no candidates (left)
+                self.pruned.add(id(child))
+                heapq.heappop(heap)
+                continue
+            return entry
+        return None
+
+    def _best_cq(self, cohort: Node) -> tuple[Node | None, tuple[int, float]]:
+        """The child queue of the highest share; of several, the one with the smallest
+        head, then name. Heads are read only for queues tied at the top."""
+        heap = self._heap(cohort)
+        while True:
+            top = self._live_top(heap)
+            if top is None:
+                return None, NEGATIVE.key
+            k0, k1, tie, name, version, child = top
+            if tie:
+                # Settled: the members of its share still unsettled would come first.
+                return child, (-k0, -k1)
+            heapq.heappop(heap)
+            after = self._live_top(heap)
+            if after is None or after[0] != k0 or after[1] != k1:
+                heapq.heappush(heap, top)  # alone at the top: its head does not matter
+                return child, (-k0, -k1)
+            head_key = self.remaining[name].head_key
+            assert head_key is not None
+            heapq.heappush(heap, (k0, k1, head_key, name, version, child))
 
     def _next(self, cohort: Node) -> Node | None:
         fair = self.fair
-        cqs, cohorts = self._live(cohort)
-        best_cq: Node | None = None
-        best_cq_key = NEGATIVE.key
-        dropped = False
-        for child in cqs:
-            if id(child) in self.pruned or not self.has(child):
-                self.pruned.add(id(child))
-                dropped = True
-                continue
-            drs = fair.share(child)
-            if drs.is_zero and child is not fair.own:
-                self.pruned.add(id(child))
-                dropped = True
-                continue
-            key = drs.key
-            if key > best_cq_key or (
-                key == best_cq_key
-                and best_cq is not None
-                and self._head_key(child) < self._head_key(best_cq)
-            ):
-                best_cq, best_cq_key = child, key
-        if dropped:
-            cqs[:] = [c for c in cqs if id(c) not in self.pruned]
+        best_cq, best_cq_key = self._best_cq(cohort)
         best_cohort: Node | None = None
         best_cohort_key = NEGATIVE.key
-        for child in cohorts:
+        for child in fair.children(cohort)[1]:
             if id(child) in self.pruned:
                 continue
             drs = fair.share(child)
@@ -187,9 +254,9 @@ class FairSearch:
         self.req = req
         self.own = req.cq.node
         self.own_path = {id(n) for n in self.own.path_to_root()}
+        self.classifier = Classifier(req)
         self._lendable: dict[int, dict[str, int]] = {}
         self._shares: dict[int, DRS] = {}  # per node, until its usage changes
-        self._children: dict[int, tuple[list[Node], list[Node]]] = {}
         self.targets: list[Target] = []
 
     # -- shares ----------------------------------------------------------------------------
@@ -211,13 +278,7 @@ class FairSearch:
             self._shares.pop(id(ancestor), None)
 
     def children(self, cohort: Node) -> tuple[list[Node], list[Node]]:
-        found = self._children.get(id(cohort))
-        if found is None:
-            found = self._children[id(cohort)] = (
-                sorted(cohort.child_cqs, key=lambda n: n.name),
-                sorted(cohort.child_cohorts, key=lambda n: n.name),
-            )
-        return found
+        return self.snapshot.children_by_name(cohort)
 
     def _below_lca(self, target: Node) -> tuple[Node, Node]:
         """The two nodes just below the lowest common cohort of the preemptor's queue and
@@ -230,6 +291,9 @@ class FairSearch:
     # -- the search ------------------------------------------------------------------------
 
     def candidates(self) -> dict[str, _Stream]:
+        """The candidate streams: the own queue's (if ``withinClusterQueue`` allows) and
+        those of the queues of the tree borrowing a needed flavor-resource; a stream may
+        turn out empty (it is read lazily)."""
         req = self.req
         policy = req.cq.spec.preemption
         out: dict[str, _Stream] = {}
@@ -238,23 +302,27 @@ class FairSearch:
                 self._stream(req.cq, policy.within_cluster_queue), req.cq.name
             )
         if self.own.parent is not None and policy.reclaim_within_cohort != NEVER:
-            for cq in self.snapshot.cluster_queues_in_tree(req.cq):
-                node = cq.node
-                if cq is req.cq or not any(
-                    node.usage.get(fr, 0) > node.subtree_quota.get(fr, 0) for fr in req.frs
-                ):
+            frs, rule, own = req.frs, policy.reclaim_within_cohort, req.cq.name
+            for cq in self.snapshot.tree_cluster_queues(self.own.root()):
+                if cq is req.cq:
                     continue
-                out[cq.name] = _Stream(self._stream(cq, policy.reclaim_within_cohort), req.cq.name)
-        return {name: c for name, c in out.items() if c}
+                usage, quota = cq.node.usage, cq.node.subtree_quota
+                for fr in frs:
+                    if usage.get(fr, 0) > quota.get(fr, 0):  # it borrows what is needed
+                        out[cq.name] = _Stream(self._stream(cq, rule), own)
+                        break
+        return out
 
     def _stream(self, cq: ClusterQueueState, rule: str) -> Iterator[AdmittedWorkload]:
         """The workloads of ``cq`` that use a needed flavor-resource and the policy allows,
         evicting first, each group in the queue's index order (lower priority, most
         recently admitted, uid): read from the sorted indexes, as far as asked."""
-        classify = Classifier(self.req)
+        classify = self.classifier
         bound = self.req.preemptor.priority
         for evicting in (True, False):
             lists = cq.using(self.req.frs, evicting)
+            if not lists:
+                continue
             merged: Iterator[AdmittedWorkload] = (
                 iter(lists[0]) if len(lists) == 1 else _unique(heapq.merge(*lists, key=_index))
             )
@@ -331,11 +399,12 @@ class FairSearch:
                 if drained is not None:
                     retry.setdefault(target.name, drained)
                 continue
-            refused: set[tuple[tuple[tuple[str, str], int], ...]] = set()
+            refused: set[tuple[tuple[FR, int], ...]] = set()
+            shapes = self.snapshot.cqs[target.name].shapes()
             while ordering.has(target):
                 aw = ordering.pop(target)
                 # Workloads of one shape pass or fail alike while the shares stand.
-                shape = tuple(sorted(aw.usage.items()))
+                shape = aw.shape()
                 if shape in refused:
                     retry.setdefault(target.name, aw)
                     continue
@@ -356,6 +425,12 @@ class FairSearch:
                     break  # shares changed: back to the ordering
                 refused.add(shape)
                 retry.setdefault(target.name, aw)
+                if first != LESS_THAN_OR_EQUAL_TO_FINAL_SHARE or refused.issuperset(shapes):
+                    # Every candidate left would be refused too (the test does not look
+                    # at the victim, or every shape of the queue is refused): the queue
+                    # is done, as if each had been tried.
+                    ordering.drain(target)
+                    break
         if len(strategies) < 2 or not retry:
             return False
         return self._second_pass(retry)

@@ -100,12 +100,21 @@ def compare(a: DRS, b: DRS) -> int:
 
 
 def lendable(parent: Node) -> dict[str, int]:
-    """Per resource: what ``parent`` could ever reach, over every flavor of the tree."""
-    root = parent.root()
-    out: dict[str, int] = {}
-    for fr in root.subtree_quota:
-        out[fr[1]] = out.get(fr[1], 0) + potential_available(parent, fr)
-    return out
+    """Per resource: what ``parent`` could ever reach, over every flavor of the tree (it
+    depends on quotas only: kept on the node until its tree is accumulated again)."""
+    return dict(_lendable(parent))
+
+
+def _lendable(parent: Node) -> dict[str, int]:
+    """``lendable``, kept (callers must not change it)."""
+    found = parent._lendable
+    if found is None:
+        root = parent.root()
+        found = {}
+        for fr in root.subtree_quota:
+            found[fr[1]] = found.get(fr[1], 0) + potential_available(parent, fr)
+        parent._lendable = found
+    return found
 
 
 def dominant_resource_share(
@@ -114,26 +123,46 @@ def dominant_resource_share(
     minus: Mapping[FR, int] | None = None,
 ) -> DRS:
     """The node's share now (its usage as the snapshot holds it, less ``minus``: for a
-    ClusterQueue, a workload of its own taken away). ``cache`` keeps the lendable
-    amounts per parent (they depend on quotas only)."""
+    ClusterQueue, a workload of its own taken away). ``cache`` is no longer read: the
+    lendable amounts, which depend on quotas only, are kept on the parent node. Shares
+    are immutable and may be shared between callers."""
     parent = node.parent
     if parent is None:
         return DRS(weight=node.weight)
-    borrowed: dict[str, int] = {}
-    frs: set[FR] = set()
+    usage = node.usage
+    overs: list[int] = []
     for fr, quota in node.subtree_quota.items():
-        over = node.usage.get(fr, 0) - quota
+        over = usage.get(fr, 0) - quota
         if minus:
             over -= minus.get(fr, 0)
+        overs.append(over if over > 0 else 0)
+    # The share is a function of these overshoots alone (quotas, weights and lendable
+    # amounts are fixed once the tree is accumulated): kept per node by their values.
+    key = tuple(overs)
+    memo = node._shares
+    found = memo.get(key)
+    if found is None:
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        found = memo[key] = _share(node, parent, overs)
+    return found
+
+
+_MEMO_LIMIT = 1024  # shares kept per node
+
+
+def _share(node: Node, parent: Node, overs: list[int]) -> DRS:
+    """The share made by ``overs`` (what ``node`` uses over its subtree quota, per
+    flavor-resource of ``node.subtree_quota`` in its order)."""
+    borrowed: dict[str, int] = {}
+    frs: set[FR] = set()
+    for fr, over in zip(node.subtree_quota, overs, strict=True):
         if over > 0:
             borrowed[fr[1]] = borrowed.get(fr[1], 0) + over
             frs.add(fr)
     if not borrowed:
         return DRS(weight=node.weight)
-    if cache is None:
-        lend = lendable(parent)
-    else:
-        lend = cache.get(id(parent)) or cache.setdefault(id(parent), lendable(parent))
+    lend = _lendable(parent)
     ratio, dominant = 0.0, None
     for resource in sorted(borrowed):
         total = lend.get(resource, 0)

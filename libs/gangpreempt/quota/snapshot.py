@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, KeysView
 from datetime import datetime
 
 from gangpreempt.model.cluster import ClusterState
@@ -39,9 +39,11 @@ class AdmittedWorkload:
     """A workload holding quota in a ClusterQueue, as the preemption search sees it."""
 
     __slots__ = (
+        "_shape",
         "cq",
         "evicting",
         "frs",
+        "holds_quota",
         "key",
         "order_key",
         "preempted_ts",
@@ -72,6 +74,17 @@ class AdmittedWorkload:
         # Kueue's candidate order inside one queue: lower priority first, then the most
         # recently admitted, then uid.
         self.order_key = (priority, -self.reserved_ts, self.uid)
+        self._shape: tuple[tuple[FR, int], ...] | None = None
+        # Set by ``Snapshot.admit_workload``: ``workload`` (immutable) holds quota, so it
+        # is not pending.
+        self.holds_quota = False
+
+    def shape(self) -> tuple[tuple[FR, int], ...]:
+        """Its usage as a sorted tuple (workloads of one shape weigh alike in a search)."""
+        shape = self._shape
+        if shape is None:
+            shape = self._shape = tuple(sorted(self.usage.items()))
+        return shape
 
     def lost_work(self, now_ts: float) -> float:
         """GPU-seconds (seconds for a workload without GPUs) it would lose if evicted at
@@ -95,7 +108,7 @@ class AdmittedWorkload:
 class ClusterQueueState:
     """A ClusterQueue in the snapshot: its spec, its tree node, who holds its quota."""
 
-    __slots__ = ("_index", "_prefix", "inactive_reason", "node", "spec", "workloads")
+    __slots__ = ("_index", "_shapes", "_sums", "inactive_reason", "node", "spec", "workloads")
 
     def __init__(self, spec: ClusterQueue, node: Node) -> None:
         self.spec = spec
@@ -104,30 +117,78 @@ class ClusterQueueState:
         self.inactive_reason: str | None = None
         # (fr, evicting) -> workloads using fr, sorted by order_key
         self._index: dict[tuple[FR, bool], list[AdmittedWorkload]] = {}
-        # (fr, evicting) -> running sums of fr's usage along the index list, built lazily
-        self._prefix: dict[tuple[FR, bool], list[int]] = {}
+        # (fr, evicting) -> priority -> [total fr usage, count] of the workloads in that
+        # index list with that priority, kept with the index
+        self._sums: dict[tuple[FR, bool], dict[int, list[int]]] = {}
+        # shape -> how many of ``workloads`` have it (``AdmittedWorkload.shape``), counted
+        # once asked, then kept with ``workloads``
+        self._shapes: dict[tuple[tuple[FR, int], ...], int] | None = None
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def shapes(self) -> KeysView[tuple[tuple[FR, int], ...]]:
+        """Every shape among the workloads holding quota here (pinned ones too); a live
+        view: copy it to keep it."""
+        found = self._shapes
+        if found is None:
+            found = {}
+            for aw in self.workloads.values():
+                shape = aw.shape()
+                found[shape] = found.get(shape, 0) + 1
+            self._shapes = found
+        return found.keys()
+
+    def _add_shape(self, aw: AdmittedWorkload) -> None:
+        found = self._shapes
+        if found is not None:
+            shape = aw.shape()
+            found[shape] = found.get(shape, 0) + 1
+
+    def _drop_shape(self, aw: AdmittedWorkload) -> None:
+        found = self._shapes
+        if found is not None:
+            shape = aw.shape()
+            if found[shape] == 1:
+                del found[shape]
+            else:
+                found[shape] -= 1
 
     def covers(self, resource: str) -> bool:
         return any(resource in g.covered_resources for g in self.spec.resource_groups)
 
     def _insert(self, aw: AdmittedWorkload) -> None:
         for fr in aw.frs:
-            lst = self._index.setdefault((fr, aw.evicting), [])
+            key = (fr, aw.evicting)
+            lst = self._index.get(key)
+            if lst is None:
+                lst = self._index[key] = []
+                self._sums[key] = {}
             bisect.insort(lst, aw, key=_order)
-            self._prefix.pop((fr, aw.evicting), None)
+            sums = self._sums[key]
+            entry = sums.get(aw.priority)
+            if entry is None:
+                sums[aw.priority] = [aw.usage[fr], 1]
+            else:
+                entry[0] += aw.usage[fr]
+                entry[1] += 1
 
     def _delete(self, aw: AdmittedWorkload) -> None:
         for fr in aw.frs:
-            self._prefix.pop((fr, aw.evicting), None)
-            lst = self._index[(fr, aw.evicting)]
+            key = (fr, aw.evicting)
+            lst = self._index[key]
             i = bisect.bisect_left(lst, aw.order_key, key=_order)
             while lst[i] is not aw:
                 i += 1
             del lst[i]
+            sums = self._sums[key]
+            entry = sums[aw.priority]
+            if entry[1] == 1:
+                del sums[aw.priority]
+            else:
+                entry[0] -= aw.usage[fr]
+                entry[1] -= 1
 
     def using(self, frs: Iterable[FR], evicting: bool) -> list[list[AdmittedWorkload]]:
         """The sorted index lists of workloads that use any of ``frs``."""
@@ -141,22 +202,12 @@ class ClusterQueueState:
     def usage_below(self, fr: FR, evicting: bool, bound: int | None) -> int:
         """Total ``fr`` usage of the workloads using ``fr`` whose priority is below
         ``bound`` (all of them when ``bound`` is None)."""
-        key = (fr, evicting)
-        lst = self._index.get(key)
-        if not lst:
-            return 0
-        prefix = self._prefix.get(key)
-        if prefix is None:
-            prefix = [0]
-            total = 0
-            for aw in lst:
-                total += aw.usage[fr]
-                prefix.append(total)
-            self._prefix[key] = prefix
-        if bound is None:
-            return prefix[-1]
-        cut = bisect.bisect_left(lst, (bound, float("-inf"), ""), key=_order)
-        return prefix[cut]
+        return _sum_below(self._sums.get((fr, evicting)), bound)
+
+    def freeable(self, fr: FR, bound: int | None) -> int:
+        """``usage_below`` of evicting and running workloads together."""
+        sums = self._sums
+        return _sum_below(sums.get((fr, True)), bound) + _sum_below(sums.get((fr, False)), bound)
 
     def min_priority(self, frs: Iterable[FR]) -> int | None:
         """The lowest priority among workloads using ``frs`` (KEP-83's fast-path test)."""
@@ -166,6 +217,20 @@ class ClusterQueueState:
                 p = lst[0].priority
                 best = p if best is None else min(best, p)
         return best
+
+
+def _sum_below(sums: dict[int, list[int]] | None, bound: int | None) -> int:
+    """The usage of the priorities of ``sums`` below ``bound`` (all when None)."""
+    total = 0
+    if sums:
+        for priority, entry in sums.items():
+            if bound is None or priority < bound:
+                total += entry[0]
+    return total
+
+
+def _name(node: Node) -> str:
+    return node.name
 
 
 def _order(aw: AdmittedWorkload) -> tuple[int, float, str]:
@@ -197,6 +262,12 @@ class Snapshot:
         self.victim_cost = ""
         self.admitted: dict[str, AdmittedWorkload] = {}
         self.pinned: set[str] = set()  # hold quota but may not be preempted
+        # root cohort -> the ClusterQueues of its tree (``tree_cluster_queues``)
+        self._trees: dict[str, list[ClusterQueueState]] = {}
+        # cohort -> its children by name (``children_by_name``)
+        self._by_name: dict[str, tuple[list[Node], list[Node]]] = {}
+        # cohort -> its child ClusterQueues (``child_cluster_queues``)
+        self._children: dict[str, list[tuple[Node, ClusterQueueState]]] = {}
         # While a scratch section is open: how to undo each permanent change, in order.
         self._journal: list[Callable[[], None]] | None = None
 
@@ -293,13 +364,28 @@ class Snapshot:
             return
         cq = wl.admission.cluster_queue
         if cq in self.cqs:
-            self.admit(
-                AdmittedWorkload(wl, cq, self.state.priority_of(wl), admitted_usage(wl), self.now)
-            )
+            aw = AdmittedWorkload(wl, cq, self.state.priority_of(wl), admitted_usage(wl), self.now)
+            aw.holds_quota = True
+            self.admit(aw)
+
+    def pending_workloads(self) -> list[Workload]:
+        """The pending workloads of the state (``Workload.is_pending``), in the state's
+        order. A workload counted here by ``admit_workload`` is the very object that held
+        quota then (Workloads are immutable): it is not asked again."""
+        admitted = self.admitted
+        found = []
+        for key, wl in self.state.workloads.items():
+            aw = admitted.get(key)
+            if aw is not None and aw.workload is wl and aw.holds_quota:
+                continue
+            if wl.is_pending:
+                found.append(wl)
+        return found
 
     def admit(self, aw: AdmittedWorkload, pinned: bool = False) -> None:
         cq = self.cqs[aw.cq]
         cq.workloads[aw.key] = aw
+        cq._add_shape(aw)
         if pinned:
             self.pinned.add(aw.key)
         else:
@@ -311,6 +397,7 @@ class Snapshot:
     def release(self, aw: AdmittedWorkload) -> None:
         cq = self.cqs[aw.cq]
         del cq.workloads[aw.key]
+        cq._drop_shape(aw)
         was_pinned = aw.key in self.pinned
         if was_pinned:
             self.pinned.discard(aw.key)
@@ -361,11 +448,42 @@ class Snapshot:
 
     # -- queries -------------------------------------------------------------------
     def cluster_queues_in_tree(self, cq: ClusterQueueState) -> Iterator[ClusterQueueState]:
+        """Every ClusterQueue of ``cq``'s cohort tree (``cq`` alone outside any cohort),
+        in ``Node.subtree_cluster_queues`` order."""
         if cq.node.parent is None:
-            yield cq
-            return
-        for node in cq.node.root().subtree_cluster_queues():
-            yield self.cqs[node.name]
+            return iter((cq,))
+        return iter(self.tree_cluster_queues(cq.node.root()))
+
+    def child_cluster_queues(self, cohort: Node) -> list[tuple[Node, ClusterQueueState]]:
+        """The ClusterQueues right under ``cohort``, in ``child_cqs`` order, with their
+        nodes (kept: the tree is fixed once built; callers must not change the list)."""
+        found = self._children.get(cohort.name)
+        if found is None:
+            found = self._children[cohort.name] = [
+                (node, self.cqs[node.name]) for node in cohort.child_cqs
+            ]
+        return found
+
+    def children_by_name(self, cohort: Node) -> tuple[list[Node], list[Node]]:
+        """(child ClusterQueues, child cohorts) of ``cohort``, each by name (kept: callers
+        must not change the lists)."""
+        found = self._by_name.get(cohort.name)
+        if found is None:
+            found = self._by_name[cohort.name] = (
+                sorted(cohort.child_cqs, key=_name),
+                sorted(cohort.child_cohorts, key=_name),
+            )
+        return found
+
+    def tree_cluster_queues(self, root: Node) -> list[ClusterQueueState]:
+        """The ClusterQueues under ``root`` (kept: the tree is fixed once built; callers
+        must not change the list)."""
+        found = self._trees.get(root.name)
+        if found is None:
+            found = self._trees[root.name] = [
+                self.cqs[node.name] for node in root.subtree_cluster_queues()
+            ]
+        return found
 
 
 def _take(node: Node, usage: Quantities) -> None:
