@@ -26,10 +26,13 @@ Every decision is the core's, called as the services call it:
   the pods.
 
 The cycle runs at most every ``cycle_s`` of virtual time, after the events (arrivals,
-completions, victims gone) up to it. A job's work is saved every
-``checkpoint_interval_s`` of its run; an evicted job keeps the work up to its last
-checkpoint and loses the rest (``outcomes``). Nothing here does I/O: the log of records
-is the result."""
+completions, victims gone) up to it. Workloads Kueue would park as inadmissible are not
+evaluated again while they provably stay Pending (``planning.parking``, as the quota
+service can); likewise a pod or a reserved gang that no node could take (``podroom``).
+Both are exact: the replay's decisions are the same without them (``park=False``).
+A job's work is saved every ``checkpoint_interval_s`` of its run; an evicted job keeps
+the work up to its last checkpoint and loses the rest (``outcomes``). Nothing here does
+I/O: the log of records is the result."""
 
 from __future__ import annotations
 
@@ -48,11 +51,12 @@ from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod
 from gangpreempt.planning.barrier import PlannedObject, live_object, stale_reason
 from gangpreempt.planning.deciding import Evaluation
-from gangpreempt.planning.decisions import ADMIT, PREEMPT, Decision, Victim
+from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim
 from gangpreempt.planning.inflight import PlanInFlight, rejection
 from gangpreempt.planning.nodeconfirm import NodeVictim, victim_rejection
 from gangpreempt.planning.nodeindex import NodeIndex
-from gangpreempt.planning.nodeplan import NodePlanner
+from gangpreempt.planning.nodeplan import NodePlanner, Preemptor
+from gangpreempt.planning.parking import Parking
 from gangpreempt.planning.quotacycle import cycle_decisions
 from gangpreempt.quota.ledger import Ledger
 from gangpreempt.quota.snapshot import Snapshot
@@ -60,6 +64,7 @@ from gangpreempt.quota.tree import cq_available
 from gangpreempt.simulation.jobstate import JobObjects, index_of, job_of, placement_of
 from gangpreempt.simulation.optimum import LOST_GPU_HOURS, Problem, solve
 from gangpreempt.simulation.outcomes import ARRIVED, EVICTED, FINISHED, GONE, STARTED, Record
+from gangpreempt.simulation.podroom import PodRoom
 from gangpreempt.simulation.problems import PassView
 from gangpreempt.simulation.trace import Job
 from gangpreempt.simulation.world import FLAVOR, GPU, NAMESPACE, cluster_objects
@@ -93,12 +98,19 @@ class Stats(msgspec.Struct):
     rejected: int = 0  # plans the confirmation or the barrier refused
     seconds: float = 0.0  # wall-clock time of the run
     end_s: float = 0.0  # virtual time of the last event
+    parked: int = 0  # decisions given without a search: parked workloads, pods and gangs
 
 
 class Replay:
-    """One policy's replay of ``jobs`` (arrival order) on the cluster of ``settings``."""
+    """One policy's replay of ``jobs`` (arrival order) on the cluster of ``settings``.
 
-    def __init__(self, policy: str, jobs: Sequence[Job], settings: Settings) -> None:
+    ``park``: Kueue's parking of inadmissible workloads (``planning.parking``) and the
+    same for pods and reserved gangs that cannot be placed (``podroom``); both exact, so
+    off only to check that they are."""
+
+    def __init__(
+        self, policy: str, jobs: Sequence[Job], settings: Settings, park: bool = True
+    ) -> None:
         if policy not in POLICIES:
             raise InvalidInput(f"--policy {policy!r}: expected one of {', '.join(POLICIES)}")
         self.policy = policy
@@ -114,6 +126,16 @@ class Replay:
         self.origin = settings.origin
         self.now = settings.origin
         self.ledger = Ledger(self.state, self.now) if self.kueue else None
+        # Kueue's inadmissible workloads, not evaluated again until they may be admitted
+        self.parking = Parking(self.state) if self.kueue and park else None
+        self.park = park
+        # The nodes' room by priority: pods (pod-immediate) and gangs (gang-unconfirmed)
+        # that cannot be placed are not searched again while it says so.
+        self.room = PodRoom(
+            {n.name: int(n.allocatable.get(GPU, 0)) for n in self.state.nodes.values()}, GPU
+        )
+        self.pod_standing: dict[str, Decision] = {}  # a pending pod's last Pending decision
+        self.stood_in = 0  # pods and reserved gangs not searched again (parked)
         self.index = NodeIndex(self.state)
         self.index.build(self.now)
         self.jobs = {j.job_id: j for j in jobs}
@@ -155,6 +177,7 @@ class Replay:
                 last_report = self.stats.cycles
                 progress(slot)
         self.stats.seconds = time.perf_counter() - started
+        self.stats.parked = self.stood_in + (self.parking.stood_in if self.parking else 0)
         if progress is not None:
             progress(self.stats.end_s)
         return self.log
@@ -190,6 +213,10 @@ class Replay:
     def _changed(self, kind: str, old: object, new: object) -> None:
         if self.ledger is not None:
             self.ledger.changed(kind, old, new)
+        if self.parking is not None:
+            self.parking.changed(kind, old, new)
+        if kind == "Pod":
+            self.room.changed(old, new)  # type: ignore[arg-type]
         self.index.changed(kind, old, new)
 
     def _arrive(self, at: float, job: Job) -> None:
@@ -321,7 +348,7 @@ class Replay:
             available[ev.pending.ref] = cq_available(ev.cq.node, (FLAVOR, GPU))
 
         watch = observe if self.problems is not None else None
-        decisions = cycle_decisions(snapshot, waiting, planner, first, watch)
+        decisions = cycle_decisions(snapshot, waiting, planner, first, watch, self.parking)
         self.stats.decisions += len(decisions)
         if self.decisions_seen is not None:
             self.decisions_seen.append((at, decisions))
@@ -434,6 +461,11 @@ class Replay:
             return
         planner = self.index.planner(self.now)
         for job in list(self.reserved):
+            objs = self.objects[job]
+            sizes = [self.jobs[job].pods[i] for i, p in enumerate(objs.pods) if p.pending]
+            if self.park and self.room.cannot_place(sizes):
+                self.stood_in += 1
+                continue  # the same answer as place_as_is, without the search
             placement = planner.place_as_is(f"{NAMESPACE}/{job}")
             if placement is not None:
                 self.reserved.remove(job)
@@ -446,9 +478,16 @@ class Replay:
         pending = planner.pending()
         self.stats.decisions += len(pending)
         decided = []
+        most_free: dict[int, int] = {}
         for pre in pending:
-            d = planner.decide(pre)
-            planner.commit(pre, d)
+            d = self._parked_pod(pre, most_free)
+            if d is None:
+                d = planner.decide(pre)
+                planner.commit(pre, d)
+                if d.outcome == PENDING and not d.placement:
+                    self.pod_standing[pre.ref] = d
+                else:
+                    self.pod_standing.pop(pre.ref, None)
             decided.append(d)
         if self.decisions_seen is not None:
             self.decisions_seen.append((at, decided))
@@ -479,6 +518,21 @@ class Replay:
                     ):
                         continue
                     self._evict(at, victim, job, pods)
+
+    def _parked_pod(self, pre: Preemptor, most_free: dict[int, int]) -> Decision | None:
+        """pod-immediate: a lone pod's standing Pending decision, when no node could hold
+        it even with every lower-priority pod gone (the planner would find neither room
+        nor victims, and commit nothing); None: decide it."""
+        standing = self.pod_standing.get(pre.ref)
+        if not self.park or standing is None or pre.is_gang or len(pre.pods) != 1:
+            return None
+        gpus = int(pre.pods[0].requests.get(GPU, 0))
+        if pre.priority not in most_free:
+            most_free[pre.priority] = self.room.most_free(pre.priority)
+        if gpus <= most_free[pre.priority]:
+            return None
+        self.stood_in += 1
+        return standing
 
 
 class _Flight(msgspec.Struct):

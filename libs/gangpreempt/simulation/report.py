@@ -43,6 +43,7 @@ class PolicyReport(msgspec.Struct, frozen=True):
     seconds: float
     peak_memory_mb: float
     replayed_s: float  # virtual time until the last job ended (or could not start)
+    parked: int = 0  # of the decisions, those given without a search (parking: exact)
 
 
 def series(log: Sequence[Record], capacity_gpus: int, window_s: float) -> Series:
@@ -92,6 +93,7 @@ def policy_report(
         seconds=round(stats.seconds, 2),
         peak_memory_mb=round(peak_memory_mb, 1),
         replayed_s=stats.end_s,
+        parked=stats.parked,
     )
     return report, drawn
 
