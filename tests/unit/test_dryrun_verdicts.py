@@ -23,7 +23,7 @@ from tests.builders import NOW
 from tests.unit.test_node_index import GPU, NODES, apply, histories
 
 pytestmark = pytest.mark.unit
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PROBES = (
     Pod("probe", "g1c2", {GPU: 1, "cpu": 2}),
     Pod("probe", "g2", {GPU: 2}),

@@ -22,7 +22,7 @@ from gangpreempt.quota.tree import Node
 from tests.builders import NOW, admitted, cluster_queue, pending, quota, state
 
 pytestmark = pytest.mark.unit
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 CPU, GPU = "cpu", "gpu"
 FLAVORS = ("f0", "f1")
 
