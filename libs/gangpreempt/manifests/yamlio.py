@@ -8,6 +8,7 @@ again with the lined one, so every error still names its line."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -161,8 +162,9 @@ def fast_documents(file: str) -> Iterator[tuple[int, Any]]:
         data = read_bytes(file)
     except OSError as exc:
         raise ManifestError(file, f"cannot read: {exc.strerror or exc}") from exc
-    start = _LEADING_SPACE.match(data)
-    if data[start.end() if start else 0 : (start.end() if start else 0) + 1] in (b"{", b"["):
+    space = _LEADING_SPACE.match(data)
+    at = space.end() if space else 0
+    if data[at : at + 1] in (b"{", b"["):
         try:
             yield 1, _json_document(data)
         except msgspec.DecodeError:
@@ -195,14 +197,6 @@ def fast_documents(file: str) -> Iterator[tuple[int, Any]]:
 _LEADING_SPACE = re.compile(rb"\s*")
 
 
-class _ListShape(msgspec.Struct):
-    """A JSON List (``kubectl get -o json``) as far as it needs reading whole: its items
-    stay undecoded until each is read."""
-
-    kind: str = ""
-    items: list[msgspec.Raw] | None = None
-
-
 class LazyItems(Sequence[Any]):
     """A List's items, each decoded when it is read and not kept: a cluster's List of
     200,000 objects is never all decoded at once (as Python objects it is several times
@@ -225,18 +219,22 @@ class LazyItems(Sequence[Any]):
 
 
 def _json_document(data: bytes) -> Any:
-    """A JSON document; a List's ``items`` as ``LazyItems`` (the rest of the List is
-    decoded as it is)."""
+    """A JSON document; a List's ``items`` as ``LazyItems`` (the rest is decoded as it
+    is). The text is scanned once whole, the items once more to split them."""
     try:
-        shape = msgspec.json.decode(data, type=_ListShape)
+        fields = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
     except msgspec.ValidationError:
-        shape = None  # not a mapping, or items that are not a list: decoded as it is
-    if shape is None or shape.items is None or not shape.kind.endswith("List"):
-        return msgspec.json.decode(data)
-    doc = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
-    out: dict[str, Any] = {k: msgspec.json.decode(v) for k, v in doc.items() if k != "items"}
-    out["items"] = LazyItems(shape.items)
-    return out
+        return msgspec.json.decode(data)  # not a mapping: decoded as it is
+    doc: dict[str, Any] = {k: msgspec.json.decode(v) for k, v in fields.items() if k != "items"}
+    raw = fields.get("items")
+    if raw is not None:
+        kind = doc.get("kind")
+        items: list[msgspec.Raw] | None = None
+        if isinstance(kind, str) and kind.endswith("List"):
+            with contextlib.suppress(msgspec.ValidationError):  # items that are not a list
+                items = msgspec.json.decode(raw, type=list[msgspec.Raw])
+        doc["items"] = LazyItems(items) if items is not None else msgspec.json.decode(raw)
+    return doc
 
 
 def _has_content(text: str) -> bool:

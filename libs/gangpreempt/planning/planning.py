@@ -16,6 +16,7 @@ from gangpreempt.planning.nodeplan import NodePlanner, is_node_level, node_decis
 from gangpreempt.planning.quotacycle import borrowing_queues, cycle_decisions
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import Snapshot
+from gangpreempt.quota.tree import Node
 
 # What --workload names: a Kueue Workload, a node-level gang or pod, or an object
 # Kueue's integrations make a Workload for (that Workload is evaluated).
@@ -151,7 +152,7 @@ def _plan(
     return Plan(now=rfc3339(now), decisions=_owned(state, [d]))
 
 
-def _tree_of(snapshot: Snapshot, cq: str | None) -> object | None:
+def _tree_of(snapshot: Snapshot, cq: str | None) -> Node | None:
     """The root of ``cq``'s cohort tree (the ClusterQueue's own node without a cohort);
     None when the ClusterQueue is unknown."""
     queue = snapshot.cqs.get(cq) if cq is not None else None
