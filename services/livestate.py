@@ -13,6 +13,7 @@ from gangpreempt.planning.nodeindex import NodeIndex
 from gangpreempt.quota.ledger import Ledger
 from gangpreempt.quota.snapshot import Snapshot
 from gangpreempt.replica import StateReplica
+from services.heap import freeze_heap, freeze_while_loading
 from services.runtime import ServiceContext
 
 
@@ -34,6 +35,7 @@ class LiveState:
         self.nodes = NodeIndex(self.replica.state)
         self._on_change = on_change
         self.replica.on_change(self._changed)
+        freeze_while_loading(self.replica)  # after ``_changed``: the index is frozen too
 
     def _changed(self, kind: str, old: Any, new: Any) -> None:
         if self.ledger is not None:
@@ -56,6 +58,7 @@ class LiveState:
         # Without success it is built again at the first decision, which says why not.
         with contextlib.suppress(InvalidInput):
             self.nodes.build(self.ctx.now())
+        freeze_heap()
 
     def snapshot(self, now: datetime) -> Snapshot:
         assert self.ledger is not None, "start() first"

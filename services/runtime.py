@@ -25,6 +25,7 @@ from gangpreempt.bus.consuming import Handler
 from gangpreempt.bus.permissions import inbox_prefix
 from gangpreempt.config import Settings
 from gangpreempt.telemetry import setup_logging, setup_tracing, shutdown_tracing
+from gangpreempt.telemetry.gcpauses import watch_gc_pauses
 from gangpreempt.waiting import sleep_or_stop
 from services.health import health_endpoint
 
@@ -116,6 +117,7 @@ async def run_service(service: str, settings: Settings, main: Main) -> None:
 async def _run_service(service: str, settings: Settings, main: Main) -> None:
     setup_logging(service, settings.log_level)
     setup_tracing(service)
+    watch_gc_pauses()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -36,6 +36,7 @@ from services.actuator.driving import Driver
 from services.actuator.kubernetes import KubeSink
 from services.actuator.orders import QuotaOrders
 from services.actuator.sinks import LogSink, SimSink, Sink
+from services.heap import freeze_while_loading
 from services.kube.client import KubeApi
 from services.runtime import ServiceContext, sleep_or_stop
 
@@ -50,6 +51,7 @@ class Actuator:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.replica = StateReplica(ctx.nc, ctx.topology, "actuator")
+        freeze_while_loading(self.replica)
         self.sink: Sink = (
             SimSink(ctx.nc, ctx.topology) if ctx.settings.sink == "sim" else LogSink(self.replica)
         )

@@ -57,8 +57,12 @@ class Journal:
         return out
 
     def write(self, **fields: Any) -> None:
+        self.write_many([Line(**fields)])
+
+    def write_many(self, lines: list[Line]) -> None:
+        """Append ``lines`` with one write and one fsync."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = msgspec.json.encode(Line(**fields)) + b"\n"
+        data = b"".join(msgspec.json.encode(line) + b"\n" for line in lines)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, data)

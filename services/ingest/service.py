@@ -33,6 +33,7 @@ from gangpreempt.model.workloads import Workload
 from gangpreempt.replica import StateReplica
 from gangpreempt.telemetry import publish_batch_span, tracer
 from services import simwire
+from services.heap import freeze_heap
 from services.ingest.journal import Journal, Line
 from services.ingest.kubernetes import KubeSource
 from services.ingest.sim import SimCluster, split_ref
@@ -84,7 +85,9 @@ class Ingest:
         # API server, so a re-created object is never mistaken for its predecessor.
         self.epoch = f"m{int(time.time() * 1000)}"
         self.versions = itertools.count(1)
-        self.consumer = ctx.decisions_consumer(self.on_event)
+        # what the sim reads of the decisions: admissions, and the events a step waits for
+        self.wanted = {"Admitted", *(s.when.event for s in self.steps if s.when is not None)}
+        self.consumer = ctx.decisions_consumer(self.on_event, ignores=self.ignores)
 
     # -- source --------------------------------------------------------------------------
     async def publish_changes(self, force: bool = False) -> None:
@@ -183,6 +186,11 @@ class Ingest:
                 self.source.forget()
 
     # -- decisions (sim) -----------------------------------------------------------------
+    def ignores(self, event_type: str) -> bool:
+        """An event this service does nothing with (its type is known and is neither an
+        admission for the sim nor one a timeline step waits for)."""
+        return bool(event_type) and (self.sim is None or event_type not in self.wanted)
+
     async def on_event(self, event: Any, _delivery: Delivery) -> None:
         if self.sim is None:
             return
@@ -194,17 +202,20 @@ class Ingest:
                 await self.fire(i)
         await self.sim.flush()  # acknowledged once what it changed is stored
 
-    async def fire(self, i: int) -> None:
-        """Play step ``i`` once; the journal remembers it across a restart, once what it
-        changed is stored (a step cut short by a crash is played again: it is
-        idempotent)."""
+    async def fire(self, *steps: int) -> None:
+        """Play ``steps`` once, in this order; the journal remembers them across a restart,
+        once what they changed is stored (a step cut short by a crash is played again: it
+        is idempotent). Steps due together are played together: their changes go out back
+        to back, one flush and one journal write for all of them, as a burst of arrivals
+        reaches an API server's watchers."""
         assert self.sim is not None
-        self.fired.add(i)
-        await self.play(self.steps[i])
+        self.fired.update(steps)
+        for i in steps:
+            await self.play(self.steps[i])
         await self.sim.flush()
         if self.journal is not None:
-            self.journal.write(fired=i)
-        self.played.add(i)
+            self.journal.write_many([Line(fired=i) for i in steps])
+        self.played.update(steps)
 
     # -- timeline ------------------------------------------------------------------------
     def status(self) -> IngestStatus:
@@ -244,12 +255,17 @@ class Ingest:
 
     async def run_timeline(self) -> None:
         timed = sorted((s.at or 0.0, i) for i, s in enumerate(self.steps) if s.at is not None)
-        for at, i in timed:
-            delay = self.started + at - time.monotonic()
+        while timed:
+            delay = self.started + timed[0][0] - time.monotonic()
             if delay > 0 and await sleep_or_stop(self.ctx.stop, delay):
                 return
-            if i not in self.fired:
-                await self.fire(i)
+            # every step due by now goes in one batch (those of one moment, and those a
+            # slow batch before made late)
+            now = time.monotonic() - self.started
+            due = [i for at, i in timed if at <= now]
+            timed = timed[len(due) :]
+            if todo := [i for i in due if i not in self.fired]:
+                await self.fire(*todo)
 
     # -- requests from the actuator's sim sink ---------------------------------------------
     async def serve_requests(self) -> None:
@@ -370,6 +386,7 @@ class Ingest:
             "mark the starting state complete", lambda: self.ctx.publisher.publish(event)
         )
         log.info("starting state complete", source=source, objects=objects)
+        freeze_heap()  # the world (sim) or the objects known (kubernetes) live on
 
     async def run(self) -> None:
         status = asyncio.ensure_future(self.serve_status())

@@ -161,6 +161,61 @@ async def test_undecodable_and_invalid_messages_go_to_dead_letters(
     assert letters[0].data == b"\x93not an event"  # the original bytes are kept
 
 
+async def test_ignored_event_types_are_acknowledged_unread(nc: Client, topology: Topology) -> None:
+    """A consumer told which types its handler ignores acknowledges those without handing
+    them over; other types, and a message whose type the headers do not say, go through
+    as before (the latter to the dead letters when it does not decode)."""
+    js = nc.jetstream()
+    pub = Publisher(nc, topology, "actuator")
+    await pub.publish(dropped(5))
+    await pub.publish(
+        events.PlanActuated(
+            id="a-6",
+            occurred_at=NOW,
+            plan_id="p6",
+            preemptor="Workload/a/b",
+            victims=(),
+            fencing_token=1,
+        )
+    )
+    await js.publish(
+        topology.event_subject(events.PlanDropped), b"\x93junk", headers={"Nats-Msg-Id": "j-7"}
+    )
+    await pub.publish(dropped(8))
+    handled: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(ev: events.Event, d: Delivery) -> None:
+        handled.append(ev.id)
+        if ev.id == "d-8":
+            done.set()
+
+    consumer = Consumer(
+        nc,
+        topology,
+        "quota",
+        durable="c-ignores",
+        stream=topology.decisions_stream,
+        subjects=[topology.service_wildcard("actuator")],
+        handler=handler,
+        ignores=lambda etype: etype == "PlanActuated",
+    )
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(consumer.run(stop))
+    try:
+        await asyncio.wait_for(done.wait(), 10)
+    finally:
+        stop.set()
+        await task
+    assert handled == ["d-5", "d-8"]
+    assert consumer.skipped == 1
+    info = await js.consumer_info(topology.decisions_stream, "c-ignores")
+    assert info.num_ack_pending == 0
+    assert info.num_pending == 0
+    letters = await stream_messages(nc, topology.dlq_stream, topology.dlq_subject("quota"), 1)
+    assert [m.data for m in letters] == [b"\x93junk"]
+
+
 async def test_oversized_event_is_refused_and_the_connection_stays_up(
     nc: Client, topology: Topology
 ) -> None:

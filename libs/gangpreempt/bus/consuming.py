@@ -235,6 +235,7 @@ class Consumer:
         deliver_policy: DeliverPolicy = DeliverPolicy.ALL,
         concurrency: int = 1,
         bind: bool = False,
+        ignores: Callable[[str], bool] | None = None,
     ) -> None:
         self.nc = nc
         self.js = nc.jetstream()
@@ -250,6 +251,11 @@ class Consumer:
         self.deliver_policy = deliver_policy
         self.concurrency = concurrency
         self.bind = bind  # bind to a consumer an admin created, never create one
+        # Event types (by the publisher's ``gp-type`` header) the handler would do nothing
+        # with: acknowledged unread, without decoding or a span (ingest reads every
+        # decision for its sim, and needs only a few).
+        self.ignores = ignores
+        self.skipped = 0
         self.dead_letters = DeadLetters(nc, topology, service)
         self._psub: Any = None
         self.ready = asyncio.Event()
@@ -389,6 +395,10 @@ class Consumer:
 
     async def _process(self, msg: Msg) -> None:
         headers = msg.headers or {}
+        if self.ignores is not None and self.ignores(headers.get(HEADER_TYPE, "")):
+            self.skipped += 1
+            await msg.ack()
+            return
         template = subject_template(self.topology, msg.subject)
         with process_span(msg.subject, template, headers, self.durable) as span:
             try:

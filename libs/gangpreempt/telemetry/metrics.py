@@ -125,6 +125,12 @@ CORE_SECONDS = Histogram(
     ["call"],
     buckets=CALL_BUCKETS,
 )
+GC_PAUSE_SECONDS = Histogram(
+    "gangpreempt_gc_pause_seconds",
+    "Duration of the garbage collector's collections, per generation (2: a full one).",
+    ["generation"],
+    buckets=CALL_BUCKETS,
+)
 CYCLE_SECONDS = Histogram(
     "gangpreempt_quota_cycle_seconds",
     "Duration of quota's admission cycle (deciding and publishing).",
