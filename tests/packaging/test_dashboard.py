@@ -384,6 +384,7 @@ GROUPS = {
     "state objects": ("gangpreempt_state_objects", "kind"),
     "ingest relists": ("gangpreempt_ingest_relists_total", "source"),
     "ingest decode": ("gangpreempt_ingest_decode_seconds_bucket", "source"),
+    "gc pauses": ("gangpreempt_gc_pause_seconds_bucket", "generation"),
 }
 
 
