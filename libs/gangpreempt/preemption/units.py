@@ -24,7 +24,7 @@ class Unit:
     are already terminating (choosing it again costs nothing new, as in kube-scheduler,
     which keeps terminating pods among the potential victims)."""
 
-    __slots__ = ("evicting", "is_group", "pods", "priority", "ref", "start")
+    __slots__ = ("_importance", "evicting", "is_group", "pods", "priority", "ref", "start")
 
     def __init__(
         self, ref: str, pods: list[Pod], priority: int, is_group: bool, now: datetime
@@ -33,6 +33,7 @@ class Unit:
         self.pods = pods
         self.priority = priority
         self.is_group = is_group
+        self._importance: tuple[int, int, int, datetime, str] | None = None
         if len(pods) == 1:
             self.start = pods[0].start_time or now
             self.evicting = pods[0].terminating
@@ -45,13 +46,22 @@ class Unit:
         """Sort key, most important first: higher priority; a unit of a pod group (a
         whole gang, or a pod that belongs to one) before a lone pod; between group units
         the one with more pods; then the longest running (kube-scheduler's
-        MoreImportantPod and MoreImportantVictim)."""
-        grouped = self.is_group or bool(self.pods and self.pods[0].group)
-        size = -len(self.pods) if grouped else 0
-        return (-self.priority, 0 if grouped else 1, size, self.start, self.ref)
+        MoreImportantPod and MoreImportantVictim). Found once (a unit is not changed
+        once made: a change makes a new one)."""
+        key = self._importance
+        if key is None:
+            key = self._importance = importance_of(self)
+        return key
 
     def __repr__(self) -> str:
         return f"Unit({self.ref}, priority={self.priority}, pods={len(self.pods)})"
+
+
+def importance_of(unit: Unit) -> tuple[int, int, int, datetime, str]:
+    """``Unit.importance``, found from the unit as it is."""
+    grouped = unit.is_group or bool(unit.pods and unit.pods[0].group)
+    size = -len(unit.pods) if grouped else 0
+    return (-unit.priority, 0 if grouped else 1, size, unit.start, unit.ref)
 
 
 def tolerates(pc: PriorityClass | None, preemptor_priority: int, pod: Pod, now: datetime) -> bool:
@@ -71,6 +81,17 @@ def tolerates(pc: PriorityClass | None, preemptor_priority: int, pod: Pod, now: 
     if seconds < 0:
         return True
     return now < pod.scheduled_at + timedelta(seconds=seconds)
+
+
+class StaleRows:
+    """Column rows (node rows) to rewrite before the columns are read, and the widest
+    any of them was when it changed."""
+
+    __slots__ = ("rows", "width")
+
+    def __init__(self) -> None:
+        self.rows: set[int] = set()
+        self.width = 0
 
 
 class UnitTable:
@@ -105,6 +126,8 @@ class UnitTable:
         self.node_columns: dict[tuple[str, ...], NodeColumns] = {}  # per resource set
         self.eligible_masks: dict[int, Any] = {}  # per priority, over the slots
         self.derived: dict[Any, Any] = {}  # caches over the columns, dropped on a change
+        # the column rows changed since they were last read (shared with the forks)
+        self._stale_rows = StaleRows()
         # unit -> PDB keys covering each of its pods (kube-scheduler's matching rule)
         self.covering: dict[str, list[list[str]]] = {}
         self._free_slots: list[int] = []
@@ -290,8 +313,13 @@ class UnitTable:
             return
         self.derived.clear()
         rows = [r for name in touched if (r := self.cluster.row.get(name)) is not None]
-        for cols in self.node_columns.values():
-            cols.set_rows(rows)
+        if rows and self.node_columns:
+            # The column rows are rewritten when next read (``columns_for``), once for
+            # every change since: the same cells as rewriting them at each change.
+            nodes, on_node = self.cluster.nodes, self.on_node
+            stale = self._stale_rows
+            stale.rows.update(rows)
+            stale.width = max(stale.width, *(len(on_node.get(nodes[i].name, ())) for i in rows))
         for priority, mask in self.eligible_masks.items():
             if len(mask) < len(self.slots):
                 mask = self.eligible_masks[priority] = np.concatenate(
@@ -303,6 +331,8 @@ class UnitTable:
     def columns_for(self, resources: tuple[str, ...]) -> NodeColumns:
         """The column arrays of a resource set (kept current): cut from the columns of
         every resource (``warm``) when they hold them, else built on first use."""
+        if self._stale_rows.rows:
+            self._rewrite_rows()
         cols = self.node_columns.get(resources)
         if cols is None:
             owner = self.base or self
@@ -320,6 +350,20 @@ class UnitTable:
             )
             self.node_columns[resources] = cols
         return cols
+
+    def _rewrite_rows(self) -> None:
+        """Rewrite the column rows the changes since the last read touched. A column set
+        is first widened to the widest any of those rows was at a change (as rewriting
+        them change by change would have): the cells are the same as that (an empty
+        cell's priority, pods and start aside: no search reads them unmasked)."""
+        stale = self._stale_rows
+        rows, width = sorted(stale.rows), stale.width
+        stale.rows.clear()
+        stale.width = 0
+        for cols in self.node_columns.values():
+            if width > cols.index.shape[1]:
+                cols._widen(width)
+            cols.set_rows(rows)
 
     def warm(self) -> None:
         """Build the columns of every resource the nodes and pods name, once: the first
@@ -426,6 +470,12 @@ class UnitTable:
         preemptor's own gang, victims promised to others."""
         skip = set(exclude)
         eligible = self.eligible(preemptor_priority)
+        if 8 * len(eligible) < len(self.ordered):
+            # Few of them (the usual case in a busy cluster): sorted as ``ordered`` is
+            # (importance, whose last key, the ref, sets every unit apart).
+            units = self.units
+            found = [u for ref in eligible if ref not in skip and (u := units.get(ref)) is not None]
+            return sorted(found, key=Unit.importance)
         return [u for u in self.ordered if u.ref in eligible and u.ref not in skip]
 
     def pdb_violations(self, units: Sequence[Unit]) -> set[str]:
@@ -455,4 +505,4 @@ def _entry_importance(
     return entry[0].importance()
 
 
-__all__ = ["Unit", "UnitTable", "tolerates"]
+__all__ = ["Unit", "UnitTable", "importance_of", "tolerates"]

@@ -14,12 +14,14 @@ Each move gives the objects a new resourceVersion, as the API server would."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 
 import msgspec
 
 from gangpreempt.manifests import load
+from gangpreempt.manifests.fields import parse_time
 from gangpreempt.model.pods import Pod
 from gangpreempt.model.workloads import (
     ADMITTED,
@@ -43,13 +45,10 @@ class JobObjects:
     def __init__(
         self, job: Job, arrived: datetime, kueue: bool, checkpoint_interval_s: int | None = None
     ) -> None:
-        objects = job_objects(job, arrived, checkpoint_interval_s=checkpoint_interval_s)
-        state = load([], objects, "replay", references=False).state
+        wl, pods = _read(job, arrived, checkpoint_interval_s)
         self.version = 1
         self.incarnation = 0
-        wl = next(iter(state.workloads.values()))
         self.workload: Workload | None = self._v(wl) if kueue else None
-        pods = sorted(state.pods.values(), key=lambda p: int(p.name.rsplit("-", 1)[1]))
         self.pods: list[Pod] = [
             p if kueue else msgspec.structs.replace(p, kueue_workload="") for p in pods
         ]
@@ -141,6 +140,87 @@ class JobObjects:
         return str(self.version)
 
 
+def read_job(
+    job: Job, arrived: datetime, checkpoint_interval_s: int | None = None
+) -> tuple[Workload, list[Pod]]:
+    """The job's pending Workload and pods (index order), as the manifest reader reads
+    ``world.job_objects``."""
+    objects = job_objects(job, arrived, checkpoint_interval_s=checkpoint_interval_s)
+    state = load([], objects, "replay", references=False).state
+    wl = next(iter(state.workloads.values()))
+    pods = sorted(state.pods.values(), key=lambda p: int(p.name.rsplit("-", 1)[1]))
+    return wl, pods
+
+
+# A job read once per kind (queue, priority, pods, checkpoint interval) under a stand-in
+# name and time; a job of that kind is that one with its name and time put in.
+_STAND_IN = "gangpreempt-stand-in-job"
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a name read as it is written
+_STAND_IN_AT = datetime(2000, 1, 1, tzinfo=UTC)
+_Kind = tuple[str, int, tuple[int, ...], int | None]
+_read_kinds: dict[_Kind, tuple[Workload, list[Pod]] | None] = {}
+
+
+def _read(
+    job: Job, arrived: datetime, checkpoint_interval_s: int | None
+) -> tuple[Workload, list[Pod]]:
+    """``read_job``, from the job's kind read once: the name is in the Workload's name
+    and uid and in the pods' names, uids and Workload annotation only, the arrival time
+    in the Workload's creation time only (checked when the kind is read; a kind where
+    they show anywhere else is read job by job, as is a job whose name is not plain)."""
+    if not _PLAIN_NAME.fullmatch(job.job_id):
+        return read_job(job, arrived, checkpoint_interval_s)
+    kind = (job.queue, job.priority, job.pods, checkpoint_interval_s)
+    if kind not in _read_kinds:
+        stand_in = msgspec.structs.replace(job, job_id=_STAND_IN)
+        _read_kinds[kind] = _stand_in(*read_job(stand_in, _STAND_IN_AT, checkpoint_interval_s))
+    read = _read_kinds[kind]
+    if read is None:
+        return read_job(job, arrived, checkpoint_interval_s)
+    wl, pods = read
+    name = job.job_id
+    return (
+        msgspec.structs.replace(
+            wl, name=name, uid=name, creation_timestamp=parse_time(_stamp(arrived))
+        ),
+        [
+            msgspec.structs.replace(
+                p,
+                name=p.name.replace(_STAND_IN, name),
+                uid=p.uid.replace(_STAND_IN, name),
+                kueue_workload=p.kueue_workload.replace(_STAND_IN, name),
+            )
+            for p in pods
+        ],
+    )
+
+
+def _stamp(at: datetime) -> str:
+    return at.isoformat().replace("+00:00", "Z")
+
+
+def _stand_in(wl: Workload, pods: list[Pod]) -> tuple[Workload, list[Pod]] | None:
+    """The stand-in job's objects, or None when its name or time shows anywhere but
+    where ``_read`` puts the job's."""
+    ns = wl.namespace
+    ok = (
+        wl.name == wl.uid == _STAND_IN
+        and wl.creation_timestamp == parse_time(_stamp(_STAND_IN_AT))
+        and all(
+            p.name == p.uid == f"{_STAND_IN}-{i}" and p.kueue_workload == f"{ns}/{_STAND_IN}"
+            for i, p in enumerate(pods)
+        )
+    )
+    blanked = [
+        msgspec.structs.replace(wl, name="", uid="", creation_timestamp=None),
+        *(msgspec.structs.replace(p, name="", uid="", kueue_workload="") for p in pods),
+    ]
+    text = msgspec.json.encode(blanked)
+    if not ok or any(m in text for m in (_STAND_IN.encode(), b"2000-01-01", b"946684800")):
+        return None
+    return wl, pods
+
+
 def _preempted(wl: Workload) -> tuple[Condition, ...]:
     """The workload's ``Preempted`` condition, if it has one: kept when it is requeued
     and admitted again (the re-preemption guard reads its time)."""
@@ -163,4 +243,4 @@ def placement_of(placement: Mapping[str, str]) -> dict[int, str]:
     return {index_of(ref): node for ref, node in placement.items()}
 
 
-__all__ = ["JobObjects", "index_of", "job_of", "placement_of"]
+__all__ = ["JobObjects", "index_of", "job_of", "placement_of", "read_job"]

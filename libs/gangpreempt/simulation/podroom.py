@@ -26,6 +26,10 @@ class PodRoom:
         self.allocatable = dict(allocatable)
         self.resource = resource
         self.used: dict[str, dict[int, int]] = {n: {} for n in allocatable}
+        # per node: allocatable less the GPUs of all its pods (kept by ``changed``)
+        self._free: dict[str, int] = dict(self.allocatable)
+        # ``most_free`` per priority, found once between changes
+        self._most_free: dict[int, int] = {}
 
     def _holds(self, pod: Pod | None) -> tuple[str, int, int] | None:
         if pod is None or not pod.node_name or pod.terminating or pod.finished:
@@ -40,6 +44,9 @@ class PodRoom:
             if held is None:
                 continue
             node, priority, gpus = held
+            self._most_free.clear()
+            if node in self._free:
+                self._free[node] -= sign * gpus
             per = self.used.setdefault(node, {})
             per[priority] = per.get(priority, 0) + sign * gpus
             if not per[priority]:
@@ -48,19 +55,24 @@ class PodRoom:
     def most_free(self, priority: int | None = None) -> int:
         """The most GPUs a pod could get on one node: with every pod below ``priority``
         gone (all pods stay with None)."""
+        if priority is None:
+            return max(0, max(self._free.values(), default=0))
+        found = self._most_free.get(priority)
+        if found is None:
+            found = self._most_free[priority] = self._most_free_now(priority)
+        return found
+
+    def _most_free_now(self, priority: int) -> int:
         best = 0
         for node, alloc in self.allocatable.items():
             per = self.used.get(node, {})
-            kept = sum(v for p, v in per.items() if priority is None or p >= priority)
+            kept = sum(v for p, v in per.items() if p >= priority)
             best = max(best, alloc - kept)
         return best
 
     def free_total(self) -> int:
         """GPUs not held by any running pod, over all nodes."""
-        return sum(
-            alloc - sum(self.used.get(node, {}).values())
-            for node, alloc in self.allocatable.items()
-        )
+        return sum(self._free.values())
 
     def cannot_place(self, gpus: Iterable[int]) -> bool:
         """True only if pods of these GPU requests cannot all be placed as the nodes are

@@ -361,9 +361,8 @@ class Replay:
                 view.apply(d)
         preempting = []
         for d in decisions:
-            job = job_of(d.preemptor)
             if d.outcome == ADMIT:
-                self._admit(at, job, placement_of(d.placement))
+                self._admit(at, job_of(d.preemptor), placement_of(d.placement))
             elif d.outcome == PREEMPT and self.policy != NO_PREEMPTION:
                 preempting.append(d)
         for d in preempting:
