@@ -23,8 +23,12 @@ while it still fits. Nothing fits: no victims.
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import weakref
 from collections.abc import Iterator
+from itertools import compress
+from operator import attrgetter, ne
 
 from gangpreempt.model.queues import LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LOWER_PRIORITY, NEVER
 from gangpreempt.preemption.candidates import (
@@ -36,7 +40,7 @@ from gangpreempt.preemption.candidates import (
 from gangpreempt.preemption.classical import Target
 from gangpreempt.quota.fairshare import DRS, NEGATIVE, compare, dominant_resource_share
 from gangpreempt.quota.snapshot import AdmittedWorkload, ClusterQueueState, Snapshot
-from gangpreempt.quota.tree import FR, Node, cq_available
+from gangpreempt.quota.tree import FR, Node, Quantities, cq_available
 
 IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
 
@@ -111,24 +115,36 @@ class _Ordering:
     candidates are read only once it is at the top. Child cohorts are scanned (their
     shares change with any queue below)."""
 
-    def __init__(self, fair: FairSearch, candidates: dict[str, _Stream]) -> None:
+    def __init__(self, fair: FairSearch, candidates: dict[str, _Stream | None]) -> None:
         self.fair = fair
-        self.remaining = dict(candidates)  # empty streams are pruned when met
+        # The first entries of the candidates other than the own queue (from
+        # ``_TreeCache``), set when ``candidates`` are the kept borrowers (and the own
+        # queue) and no queue has lost a victim yet (see ``_first_heap``).
+        self.kept: _Kept | None = None
+        # Empty streams are pruned when met; None: a stream not opened yet (most never
+        # are: only queues that reach the top of their heap are read).
+        self.remaining = dict(candidates)
         self.pruned: set[int] = set()
         self._heaps: dict[int, list[_Entry]] = {}
-        self._version: dict[int, int] = {}  # queue -> the version of its live entry
+        # queue -> the version of its live entry (absent: 1, that of a first entry)
+        self._version: dict[int, int] = {}
         self._dirty: dict[int, Node] = {}  # queues popped from since their entry
+
+    def _open(self, name: str) -> _Stream:
+        stream = self.remaining[name]
+        if stream is None:
+            stream = self.remaining[name] = self.fair.open_stream(name)
+        return stream
 
     def pop(self, cq: Node) -> AdmittedWorkload:
         self._dirty[id(cq)] = cq
-        return self.remaining[cq.name].pop()
+        return self._open(cq.name).pop()
 
     def has(self, cq: Node) -> bool:
-        stream = self.remaining.get(cq.name)
-        return stream is not None and bool(stream)
+        return cq.name in self.remaining and bool(self._open(cq.name))
 
     def first(self, cq: Node) -> AdmittedWorkload:
-        return self.remaining[cq.name].first()
+        return self._open(cq.name).first()
 
     def drop(self, cq: Node) -> None:
         self.pruned.add(id(cq))
@@ -136,7 +152,10 @@ class _Ordering:
     def drain(self, cq: Node) -> AdmittedWorkload | None:
         """Take the queue out of this pass; its first remaining candidate, if any."""
         self._dirty[id(cq)] = cq
-        stream = self.remaining.pop(cq.name, None)
+        if cq.name not in self.remaining:
+            return None
+        stream = self._open(cq.name)
+        del self.remaining[cq.name]
         return stream.first() if stream else None
 
     def __iter__(self) -> Iterator[Node]:
@@ -163,7 +182,7 @@ class _Ordering:
         if drs.is_zero and child is not self.fair.own:
             self.pruned.add(id(child))
             return None
-        version = self._version.get(id(child), 0) + 1
+        version = self._version.get(id(child), 1) + 1
         self._version[id(child)] = version
         k0, k1 = drs.key
         return (-k0, -k1, (), child.name, version, child)
@@ -171,13 +190,28 @@ class _Ordering:
     def _heap(self, cohort: Node) -> list[_Entry]:
         heap = self._heaps.get(id(cohort))
         if heap is None:
-            heap = []
-            for child in cohort.child_cqs:
-                if child.name in self.remaining:
-                    entry = self._entry(child)
-                    if entry is not None:
-                        heap.append(entry)
-            heapq.heapify(heap)
+            if self.kept is not None:
+                heap = self._first_heap(cohort, self.kept)
+            else:
+                # ``_entry`` of every child queue still a candidate, inlined (the hot loop
+                # of a search: it visits every child queue of the cohort).
+                heap = []
+                remaining, pruned = self.remaining, self.pruned
+                share, own = self.fair.share, self.fair.own
+                for child in cohort.child_cqs:
+                    name = child.name
+                    if name not in remaining:
+                        continue
+                    key = id(child)
+                    if key in pruned:
+                        continue
+                    drs = share(child)
+                    if drs.ratio == 0 and child is not own:
+                        pruned.add(key)
+                        continue
+                    k0, k1 = drs.key
+                    heap.append((-k0, -k1, (), name, 1, child))
+                heapq.heapify(heap)
             self._heaps[id(cohort)] = heap
         elif self._dirty:
             for key, child in list(self._dirty.items()):
@@ -188,19 +222,39 @@ class _Ordering:
                         heapq.heappush(heap, entry)
         return heap
 
+    def _first_heap(self, cohort: Node, kept: _Kept) -> list[_Entry]:
+        """The heap the loop of ``_heap`` makes, from the entries kept for the tree: no
+        queue of ``cohort`` has lost a victim in this ordering (a queue is a target only
+        once its cohort's heap is made), so every child queue but the own has the share
+        it had before the search. A child queue without a share has no kept entry: it is
+        never a target, so it need not be in ``pruned``."""
+        own = self.fair.own
+        found = kept.entries.get(id(cohort))
+        if found is None:
+            heap: list[_Entry] = []
+        elif id(own) in kept.where:  # kept for every search: not the own queue's here
+            heap = [entry for entry in found if entry[5] is not own]
+        else:
+            heap = list(found)  # sorted: a heap
+        if own.parent is cohort and own.name in self.remaining and id(own) not in self.pruned:
+            k0, k1 = self.fair.share(own).key
+            heapq.heappush(heap, (-k0, -k1, (), own.name, 1, own))
+        return heap
+
     def _live_top(self, heap: list[_Entry]) -> _Entry | None:
         """Pop what is stale, pruned or out of candidates; the top entry after that."""
+        versions, pruned, remaining = self._version, self.pruned, self.remaining
         while heap:
             entry = heap[0]
-            child = entry[5]
-            if entry[4] != self._version[id(child)] or id(child) in self.pruned:
+            key = id(entry[5])
+            if entry[4] != versions.get(key, 1) or key in pruned:
                 heapq.heappop(heap)
                 continue
-            if not self.has(child):  # no candidates (left)
-                self.pruned.add(id(child))
-                heapq.heappop(heap)
-                continue
-            return entry
+            name = entry[3]  # ``has``, inlined
+            if name in remaining and self._open(name)._peek() is not None:
+                return entry
+            pruned.add(key)  # no candidates (left)
+            heapq.heappop(heap)
         return None
 
     def _best_cq(self, cohort: Node) -> tuple[Node | None, tuple[int, float]]:
@@ -215,12 +269,19 @@ class _Ordering:
             if tie:
                 # Settled: the members of its share still unsettled would come first.
                 return child, (-k0, -k1)
+            # Alone at its share when neither child of the top has it (every entry below
+            # a child has at least the child's share): no entry to pop and push back.
+            n = len(heap)
+            if (n < 2 or heap[1][0] != k0 or heap[1][1] != k1) and (
+                n < 3 or heap[2][0] != k0 or heap[2][1] != k1
+            ):
+                return child, (-k0, -k1)
             heapq.heappop(heap)
             after = self._live_top(heap)
             if after is None or after[0] != k0 or after[1] != k1:
                 heapq.heappush(heap, top)  # alone at the top: its head does not matter
                 return child, (-k0, -k1)
-            head_key = self.remaining[name].head_key
+            head_key = self._open(name).head_key
             assert head_key is not None
             heapq.heappush(heap, (k0, k1, head_key, name, version, child))
 
@@ -229,7 +290,7 @@ class _Ordering:
         best_cq, best_cq_key = self._best_cq(cohort)
         best_cohort: Node | None = None
         best_cohort_key = NEGATIVE.key
-        for child in fair.children(cohort)[1]:
+        for child in fair.children(cohort)[1] if cohort.child_cohorts else ():
             if id(child) in self.pruned:
                 continue
             drs = fair.share(child)
@@ -246,6 +307,109 @@ class _Ordering:
         return best_cq
 
 
+class _Kept:
+    """The queues of a tree borrowing some of a set of flavor-resources (``names``, a
+    dict: name -> None), and per cohort the first heap entries of those of them with a
+    share, sorted (a heap), as the usage in the tree stands before a search."""
+
+    __slots__ = ("entries", "frs", "names", "where")
+
+    def __init__(self, frs: frozenset[FR], queues: list[ClusterQueueState]) -> None:
+        self.frs = frs
+        self.names: dict[str, None] = {}
+        self.entries: dict[int, list[_Entry]] = {}  # cohort -> its entries
+        self.where: dict[int, _Entry] = {}  # queue -> its entry
+        for cq in queues:
+            self._place(cq)
+        for heap in self.entries.values():
+            heap.sort()
+
+    def _place(self, cq: ClusterQueueState) -> None:
+        """Count ``cq`` in if it borrows what is needed (its entry appended, not sorted in:
+        ``__init__`` sorts)."""
+        node = cq.node
+        usage, quota = node.usage, node.subtree_quota
+        for fr in self.frs:
+            if usage.get(fr, 0) > quota.get(fr, 0):  # it borrows what is needed
+                self.names[cq.name] = None
+                drs = dominant_resource_share(node)
+                if drs.ratio != 0:
+                    assert node.parent is not None
+                    k0, k1 = drs.key
+                    entry = self.where[id(node)] = (-k0, -k1, (), node.name, 1, node)
+                    self.entries.setdefault(id(node.parent), []).append(entry)
+                return
+
+    def update(self, cq: ClusterQueueState) -> None:
+        """``cq``'s usage changed: place it again."""
+        node = cq.node
+        self.names.pop(cq.name, None)
+        old = self.where.pop(id(node), None)
+        if old is not None:
+            assert node.parent is not None
+            self.entries[id(node.parent)].remove(old)
+        self._place(cq)
+        new = self.where.get(id(node))
+        if new is not None:
+            assert node.parent is not None
+            heap = self.entries[id(node.parent)]
+            last = heap.pop()  # appended by ``_place``
+            assert last is new
+            bisect.insort(heap, new)
+
+
+class _TreeCache:
+    """What every search in one cohort tree of a snapshot starts from, kept while the
+    usage of the tree's queues stands: per set of needed flavor-resources, the queues
+    borrowing some and their shares as first heap entries (``_Kept``). Before every
+    search, each queue's usage is compared with a copy taken when it was last placed (a
+    search leaves the usage as it found it; an admission or a release between searches
+    changes it, and the queues it changed are placed again)."""
+
+    __slots__ = ("_kept", "nodes", "queues", "usages")
+
+    def __init__(self, snapshot: Snapshot, root: Node) -> None:
+        self.queues = snapshot.tree_cluster_queues(root)
+        self.nodes = [cq.node for cq in self.queues]
+        self.usages: list[Quantities] = [dict(node.usage) for node in self.nodes]
+        self._kept: dict[frozenset[FR], _Kept] = {}
+
+    @classmethod
+    def of(cls, snapshot: Snapshot, root: Node) -> _TreeCache:
+        """The tree's cache, brought up to the usage now."""
+        trees = _TREES.get(snapshot)
+        if trees is None:
+            trees = _TREES[snapshot] = {}
+        cache = trees.get(root.name)
+        if cache is None:
+            cache = trees[root.name] = cls(snapshot, root)
+            return cache
+        usages = cache.usages
+        # The queues whose usage differs from the copy, by value (zeros left by a search
+        # are no change); compared without a Python loop.
+        changed = compress(range(len(usages)), map(ne, map(_usage, cache.nodes), usages))
+        for i in changed:
+            usages[i] = dict(cache.nodes[i].usage)
+            cq = cache.queues[i]
+            for found in cache._kept.values():
+                found.update(cq)
+        return cache
+
+    def borrowers(self, frs: frozenset[FR]) -> _Kept:
+        found = self._kept.get(frs)
+        if found is None:
+            if len(self._kept) >= _KEPT_LIMIT:
+                self._kept.clear()
+            found = self._kept[frs] = _Kept(frs, self.queues)
+        return found
+
+
+_KEPT_LIMIT = 64  # sets of flavor-resources kept per tree
+
+# snapshot -> root cohort name -> its cache (gone with the snapshot)
+_TREES: weakref.WeakKeyDictionary[Snapshot, dict[str, _TreeCache]] = weakref.WeakKeyDictionary()
+
+
 class FairSearch:
     """One fair-sharing victim search on a snapshot, which it leaves as it found it."""
 
@@ -258,6 +422,7 @@ class FairSearch:
         self._lendable: dict[int, dict[str, int]] = {}
         self._shares: dict[int, DRS] = {}  # per node, until its usage changes
         self.targets: list[Target] = []
+        self._kept: _Kept | None = None  # set by ``candidates``, for the first pass
 
     # -- shares ----------------------------------------------------------------------------
 
@@ -290,28 +455,32 @@ class FairSearch:
 
     # -- the search ------------------------------------------------------------------------
 
-    def candidates(self) -> dict[str, _Stream]:
-        """The candidate streams: the own queue's (if ``withinClusterQueue`` allows) and
-        those of the queues of the tree borrowing a needed flavor-resource; a stream may
-        turn out empty (it is read lazily)."""
+    def candidates(self) -> dict[str, _Stream | None]:
+        """The candidate queues: the own (if ``withinClusterQueue`` allows) and the queues
+        of the tree borrowing a needed flavor-resource; each with its stream, None until
+        ``open_stream`` (a stream may turn out empty: it is read lazily)."""
         req = self.req
         policy = req.cq.spec.preemption
-        out: dict[str, _Stream] = {}
+        out: dict[str, _Stream | None] = {}
+        own = req.cq.name
         if policy.within_cluster_queue != NEVER:
-            out[req.cq.name] = _Stream(
-                self._stream(req.cq, policy.within_cluster_queue), req.cq.name
-            )
+            out[own] = None
         if self.own.parent is not None and policy.reclaim_within_cohort != NEVER:
-            frs, rule, own = req.frs, policy.reclaim_within_cohort, req.cq.name
-            for cq in self.snapshot.tree_cluster_queues(self.own.root()):
-                if cq is req.cq:
-                    continue
-                usage, quota = cq.node.usage, cq.node.subtree_quota
-                for fr in frs:
-                    if usage.get(fr, 0) > quota.get(fr, 0):  # it borrows what is needed
-                        out[cq.name] = _Stream(self._stream(cq, rule), own)
-                        break
+            kept = self._kept = _TreeCache.of(self.snapshot, self.own.root()).borrowers(req.frs)
+            names = kept.names
+            out.update(names)
+            if own in names and policy.within_cluster_queue == NEVER:
+                del out[own]  # the own queue is a candidate by ``withinClusterQueue`` only
         return out
+
+    def open_stream(self, name: str) -> _Stream:
+        """The stream of candidate queue ``name`` (see ``candidates``)."""
+        req = self.req
+        policy = req.cq.spec.preemption
+        own = req.cq.name
+        if name == own:
+            return _Stream(self._stream(req.cq, policy.within_cluster_queue), own)
+        return _Stream(self._stream(self.snapshot.cqs[name], policy.reclaim_within_cohort), own)
 
     def _stream(self, cq: ClusterQueueState, rule: str) -> Iterator[AdmittedWorkload]:
         """The workloads of ``cq`` that use a needed flavor-resource and the policy allows,
@@ -336,7 +505,7 @@ class FairSearch:
         """Does the incoming workload fit (its own simulated usage set aside)?"""
         snap, node, usage = self.snapshot, self.own, self.req.usage
         snap.withdraw(node, usage)
-        ok = all(v <= cq_available(node, fr) for fr, v in usage.items())
+        ok = _fits_now(node, usage)
         snap.put_back(node, usage)
         return ok
 
@@ -365,7 +534,7 @@ class FairSearch:
             snap.restore(t.aw)
         return kept
 
-    def _first_pass(self, candidates: dict[str, _Stream]) -> bool:
+    def _first_pass(self, candidates: dict[str, _Stream | None]) -> bool:
         node = self.own
         within_nominal = all(
             node.usage.get(fr, 0) <= node.subtree_quota.get(fr, 0) for fr in self.req.frs
@@ -376,6 +545,7 @@ class FairSearch:
         # of each queue can matter to the second pass (it takes one per queue).
         retry: dict[str, AdmittedWorkload] = {}
         ordering = _Ordering(self, candidates)
+        ordering.kept = self._kept  # before any victim is taken
         for target in ordering:
             if target is self.own:
                 self.take(ordering.pop(target), IN_CLUSTER_QUEUE)
@@ -399,13 +569,12 @@ class FairSearch:
                 if drained is not None:
                     retry.setdefault(target.name, drained)
                 continue
-            refused: set[tuple[tuple[FR, int], ...]] = set()
-            shapes = self.snapshot.cqs[target.name].shapes()
+            # The usages refused: workloads of one usage (one shape) pass or fail alike
+            # while the shares stand.
+            refused: list[Quantities] = []
             while ordering.has(target):
                 aw = ordering.pop(target)
-                # Workloads of one shape pass or fail alike while the shares stand.
-                shape = aw.shape()
-                if shape in refused:
+                if refused and aw.usage in refused:
                     retry.setdefault(target.name, aw)
                     continue
                 if first != LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
@@ -423,9 +592,11 @@ class FairSearch:
                     if self.fits():
                         return True
                     break  # shares changed: back to the ordering
-                refused.add(shape)
+                refused.append(aw.usage)
                 retry.setdefault(target.name, aw)
-                if first != LESS_THAN_OR_EQUAL_TO_FINAL_SHARE or refused.issuperset(shapes):
+                if first != LESS_THAN_OR_EQUAL_TO_FINAL_SHARE or _all_refused(
+                    self.snapshot, self.snapshot.cqs[target.name], refused
+                ):
                     # Every candidate left would be refused too (the test does not look
                     # at the victim, or every shape of the queue is refused): the queue
                     # is done, as if each had been tried.
@@ -467,8 +638,66 @@ class FairSearch:
 
     def fits_now(self) -> bool:
         """``fits`` once the incoming workload's simulated usage is gone."""
-        node = self.own
-        return all(v <= cq_available(node, fr) for fr, v in self.req.usage.items())
+        return _fits_now(self.own, self.req.usage)
+
+
+def _fits_now(node: Node, usage: Quantities) -> bool:
+    """Whether ``usage`` fits in what the ClusterQueue ``node`` can admit now."""
+    for fr, v in usage.items():  # noqa: SIM110 - a loop: no generator to make
+        if v > cq_available(node, fr):
+            return False
+    return True
+
+
+_SCAN_LIMIT = 1024  # a queue holding more workloads is asked its shapes (kept)
+_DISTINCT_LIMIT = 16  # a queue of more usages than this is asked its shapes (kept)
+
+
+def _all_refused(snapshot: Snapshot, cq: ClusterQueueState, refused: list[Quantities]) -> bool:
+    """Whether every workload holding quota in ``cq`` (pinned ones too) has a usage in
+    ``refused``, that is, ``cq.shapes()`` are all shapes of ``refused``: asked of the
+    queue's distinct usages (``_usages``; no shape made), or, for a queue of many
+    workloads or usages, of its shapes (counted once, then kept with its membership)."""
+    usages = _usages(snapshot, cq)
+    if usages is None:
+        shapes = {tuple(sorted(usage.items())) for usage in refused}
+        return shapes.issuperset(cq.shapes())
+    return all(map(refused.__contains__, usages))
+
+
+def _usages(snapshot: Snapshot, cq: ClusterQueueState) -> list[Quantities] | None:
+    """The distinct usages of the workloads holding quota in ``cq`` (None: more than
+    ``_SCAN_LIMIT`` workloads or ``_DISTINCT_LIMIT`` usages), kept per snapshot while the
+    queue holds the very same workloads (an admitted workload's usage never changes)."""
+    workloads = cq.workloads
+    if len(workloads) > _SCAN_LIMIT:
+        return None
+    kept = _USAGES.get(snapshot)
+    if kept is None:
+        kept = _USAGES[snapshot] = {}
+    members = list(workloads.values())
+    found = kept.get(cq.name)
+    if found is not None and found[0] == members:  # by identity: the same workloads
+        return found[1]
+    distinct: list[Quantities] = []
+    for aw in members:
+        usage = aw.usage
+        if usage not in distinct:
+            if len(distinct) >= _DISTINCT_LIMIT:
+                kept[cq.name] = (members, None)
+                return None
+            distinct.append(usage)
+    kept[cq.name] = (members, distinct)
+    return distinct
+
+
+# snapshot -> queue -> (its workloads, their distinct usages) (gone with the snapshot)
+_USAGES: weakref.WeakKeyDictionary[
+    Snapshot, dict[str, tuple[list[AdmittedWorkload], list[Quantities] | None]]
+] = weakref.WeakKeyDictionary()
+
+
+_usage = attrgetter("usage")
 
 
 def _index(aw: AdmittedWorkload) -> tuple[int, float, str]:

@@ -137,18 +137,61 @@ def dominant_resource_share(
             over -= minus.get(fr, 0)
         overs.append(over if over > 0 else 0)
     # The share is a function of these overshoots alone (quotas, weights and lendable
-    # amounts are fixed once the tree is accumulated): kept per node by their values.
+    # amounts are fixed once the tree is accumulated): kept by their values, in a memo
+    # the node shares with every node of its kind (``_memo_of``).
     key = tuple(overs)
     memo = node._shares
     found = memo.get(key)
     if found is None:
-        if len(memo) >= _MEMO_LIMIT:
-            memo.clear()
-        found = memo[key] = _share(node, parent, overs)
+        if id(memo) not in _KINDS:
+            memo = _memo_of(node, parent)
+            found = memo.get(key)
+        if found is None:
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            found = memo[key] = _share(node, parent, overs)
+            _KEPT[0] += 1
+            if _KEPT[0] >= _KEPT_LIMIT:
+                _forget_kinds()
     return found
 
 
-_MEMO_LIMIT = 1024  # shares kept per node
+_MEMO_LIMIT = 4096  # shares kept per kind of node
+_KINDS_LIMIT = 1024  # kinds kept
+_KEPT_LIMIT = 1 << 16  # shares made since the kinds were last forgotten (a bound on memory)
+_KEPT = [0]
+
+# What makes a share out of overshoots (``_share``): the order of the node's subtree
+# quota (the overshoots follow it), its weight, and what its parent could lend. Nodes
+# alike in these (every ClusterQueue of one quota in a cohort) share one memo: kind ->
+# memo, and the id of each memo kept here -> its kind.
+_Kind = tuple[tuple[FR, ...], str, tuple[tuple[str, int], ...]]
+_MEMOS: dict[_Kind, dict[tuple[int, ...], DRS]] = {}
+_KINDS: dict[int, _Kind] = {}
+
+
+def _memo_of(node: Node, parent: Node) -> dict[tuple[int, ...], DRS]:
+    """The memo of ``node``'s kind, which the node keeps from then on (until its tree is
+    accumulated again: the node's memo is then a fresh one of its own, and the kind is
+    found again)."""
+    # The weight by its repr: alike to the last bit (0.0 and -0.0, 1 and 1.0 are not).
+    kind = (tuple(node.subtree_quota), repr(node.weight), tuple(sorted(_lendable(parent).items())))
+    memo = _MEMOS.get(kind)
+    if memo is None:
+        if len(_MEMOS) >= _KINDS_LIMIT:
+            _forget_kinds()
+        memo = _MEMOS[kind] = {}
+        _KINDS[id(memo)] = kind
+    node._shares = memo
+    return memo
+
+
+def _forget_kinds() -> None:
+    """Keep no memo here: a node keeps the one it has (still right for it) until its
+    next miss, then finds its kind again."""
+    _MEMOS.clear()
+    _KINDS.clear()
+    _KEPT[0] = 0
 
 
 def _share(node: Node, parent: Node, overs: list[int]) -> DRS:
