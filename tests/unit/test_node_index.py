@@ -40,7 +40,7 @@ from tests.builders import NOW
 
 pytestmark = pytest.mark.unit
 GPU = "nvidia.com/gpu"
-SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NODES = ("n0", "n1", "n2", "n3")
 PODS = tuple(f"p{i}" for i in range(7))
 GROUPS = ("g0", "g1", "g2")
