@@ -36,12 +36,16 @@ from gangpreempt.planning.deciding import (
     not_considered,
     unavailable,
 )
-from gangpreempt.planning.decisions import Decision
+from gangpreempt.planning.decisions import PENDING, Decision
 from gangpreempt.planning.tournament import fair_order
+from gangpreempt.quota.assignment import Assignment
 from gangpreempt.quota.modes import Mode
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import ClusterQueueState, Snapshot
 from gangpreempt.quota.tree import Quantities, cq_available
+
+# ``deciding.decision``'s message for a NoFit evaluation that assigned nothing.
+EMPTY_MESSAGE = "does not fit"
 
 
 def _reserve(ev: Evaluation) -> Quantities:
@@ -105,10 +109,40 @@ class AdmissionPass:
 
     def run(self) -> list[Decision]:
         snap = self.snapshot
+        state = snap.state
+        now = snap.now
         by_queue: dict[str, list[PendingWorkload]] = {}
+        # Per LocalQueue (namespace -> name -> ...), for workloads without an admission
+        # and for those with one apart: why a workload there cannot be considered, and
+        # (without an admission) its ClusterQueue; ``unavailable`` and
+        # ``ClusterState.cluster_queue_of`` read nothing else of the workload, and
+        # nothing they read changes during the pass. (Nested, not keyed by tuples: no
+        # allocation per workload.)
+        queue_of: dict[str, dict[str, str | None]] = {}
+        reasons_free: dict[str, dict[str, str | None]] = {}
+        reasons_admitted: dict[str, dict[str, str | None]] = {}
         for wl in _pending_by_key(snap):
-            pending = PendingWorkload.of(snap.state, wl, snap.now)
-            reason = unavailable(snap, pending)
+            ns, name = wl.namespace, wl.queue_name
+            if wl.admission is None:
+                in_ns = queue_of.get(ns)
+                if in_ns is None:
+                    in_ns = queue_of[ns] = {}
+                if name in in_ns:
+                    cq_name = in_ns[name]
+                else:
+                    cq_name = in_ns[name] = state.cluster_queue_of(wl)
+                pending = PendingWorkload(wl, cq_name, state.priority_of(wl), now)
+                known = reasons_free
+            else:
+                pending = PendingWorkload.of(state, wl, now)
+                known = reasons_admitted
+            in_ns = known.get(ns)
+            if in_ns is None:
+                in_ns = known[ns] = {}
+            if name in in_ns:
+                reason = in_ns[name]
+            else:
+                reason = in_ns[name] = unavailable(snap, pending)
             if reason is not None:
                 self.decisions.append(not_considered(pending, reason))
                 continue
@@ -122,7 +156,7 @@ class AdmissionPass:
             self.queues[name] = _Queue(snap.cqs[name], members)
         # Preemptors whose victims have left come before every queue's head: the quota
         # and room they preempted for are theirs, whatever arrived in their queue since.
-        for ev in sorted((evaluate(snap, p) for p in firsts), key=Evaluation.order):
+        for ev in sorted((self._evaluate(p) for p in firsts), key=Evaluation.order):
             self._process(ev, head=False)
         self._give_back_held()
 
@@ -135,7 +169,7 @@ class AdmissionPass:
                     q.blocked = f"waiting behind {head.ref}, which is preempting"
                     continue
                 heads.append(head)
-            entries = [evaluate(snap, h) for h in heads if h is not None]
+            entries = [self._evaluate(h) for h in heads if h is not None]
             if not entries:
                 break
             ordered = (
@@ -153,6 +187,15 @@ class AdmissionPass:
                     self.decisions.append(not_considered(pending, q.blocked or "not reached"))
         return self.decisions
 
+    def _evaluate(self, pending: PendingWorkload) -> Evaluation:
+        """``evaluate``; a workload without pod sets (a parked workload's stand-in) needs
+        no flavor assigner: its assignment is empty, NoFit, without victims, and no
+        partial admission can change that."""
+        if pending.workload.pod_sets:
+            return evaluate(self.snapshot, pending)
+        assert pending.cq is not None
+        return Evaluation(pending, self.snapshot.cqs[pending.cq], Assignment(), [])
+
     def _give_back_held(self) -> None:
         """The capacity held back this cycle goes back (a fresh snapshot each cycle)."""
         for cq, usage in self.held:
@@ -165,6 +208,12 @@ class AdmissionPass:
         queue = self.queues[ev.cq.name]
         if head:
             queue.next += 1
+        if not ev.assignment.pod_sets:
+            # nothing assigned (a stand-in): NoFit, as below, without the rest
+            self.decisions.append(_empty_decision(ev))
+            if queue.cq.spec.queueing_strategy == STRICT_FIFO:
+                self._block(queue, ev)
+            return
         tree = ev.cq.node.root().name if ev.cq.node.parent is not None else None
         mode = ev.mode
 
@@ -225,9 +274,13 @@ class AdmissionPass:
     ) -> None:
         self.decisions.append(decision(ev, override=message) if message else decision(ev))
         if not strict_only or queue.cq.spec.queueing_strategy == STRICT_FIFO:
-            queue.blocked = (
-                f"waiting behind {ev.pending.ref} at the head of ClusterQueue {queue.cq.name}"
-            )
+            self._block(queue, ev)
+
+    @staticmethod
+    def _block(queue: _Queue, ev: Evaluation) -> None:
+        queue.blocked = (
+            f"waiting behind {ev.pending.ref} at the head of ClusterQueue {queue.cq.name}"
+        )
 
 
 def admission_pass(
@@ -240,6 +293,21 @@ def admission_pass(
     ``waiting`` (preemptions in flight), which hold their place at the head of their queue;
     heads in ``first`` (preemptors whose victims have left) are processed before others."""
     return AdmissionPass(snapshot, waiting, first, observe).run()
+
+
+def _empty_decision(ev: Evaluation) -> Decision:
+    """``decision(ev)`` of an evaluation without pod sets (NoFit, nothing assigned)."""
+    return Decision(
+        preemptor=ev.pending.ref,
+        queue=f"ClusterQueue/{ev.cq.name}",
+        mode=Mode.NoFit.name,
+        outcome=PENDING,
+        flavors={},
+        borrowing=0,
+        victims=[],
+        placement={},
+        message=EMPTY_MESSAGE,
+    )
 
 
 def _pending_by_key(snapshot: Snapshot) -> list[Workload]:
