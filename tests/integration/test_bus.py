@@ -16,6 +16,7 @@ from nats.js.api import DeliverPolicy
 from nats.js.errors import KeyNotFoundError
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import REGISTRY
 
 from gangpreempt import events
 from gangpreempt.bus import Consumer, Lease, Oversized, Publisher, Topology, leases_bucket
@@ -209,6 +210,8 @@ async def test_ignored_event_types_are_acknowledged_unread(nc: Client, topology:
         await task
     assert handled == ["d-5", "d-8"]
     assert consumer.skipped == 1
+    lag = REGISTRY.get_sample_value("gangpreempt_consumer_lag", {"consumer": "c-ignores"})
+    assert lag is not None  # the skipped one reports the lag too
     info = await js.consumer_info(topology.decisions_stream, "c-ignores")
     assert info.num_ack_pending == 0
     assert info.num_pending == 0

@@ -397,6 +397,7 @@ class Consumer:
         headers = msg.headers or {}
         if self.ignores is not None and self.ignores(headers.get(HEADER_TYPE, "")):
             self.skipped += 1
+            metrics.skipped(self.durable, _pending(msg))
             await msg.ack()
             return
         template = subject_template(self.topology, msg.subject)

@@ -276,6 +276,12 @@ def consumed(
     _note_start(event)
 
 
+def skipped(consumer: str, num_pending: int | None) -> None:
+    """A consumer acknowledged an event unread (one its handler ignores): only its lag."""
+    if num_pending is not None:
+        CONSUMER_LAG.labels(consumer).set(num_pending)
+
+
 def idle(consumer: str) -> None:
     """The consumer found nothing to fetch: it has no lag."""
     CONSUMER_LAG.labels(consumer).set(0)
