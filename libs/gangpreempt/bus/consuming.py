@@ -1,6 +1,8 @@
 """Consuming events from a durable pull consumer with explicit acks.
 
-Settlement, classified once here: the handler returns normally -> ack; it returns
+Settlement, classified once here: an event of a type the consumer was told its handler
+ignores (``ignores``, by the ``gp-type`` header) -> ack, unread; the handler returns
+normally -> ack; it returns
 ``HOLD`` -> it keeps the message and settles it later; it raises ``Transient`` (or any
 unexpected error, up to ``max_attempts``) -> nak with backoff; the message does not
 decode, is an event of a type that does not belong on its subject, or the handler raises
