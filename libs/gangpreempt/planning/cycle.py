@@ -124,21 +124,16 @@ class AdmissionPass:
         for wl in _pending_by_key(snap):
             ns, name = wl.namespace, wl.queue_name
             if wl.admission is None:
-                in_ns = queue_of.get(ns)
-                if in_ns is None:
-                    in_ns = queue_of[ns] = {}
+                in_ns = _inner(queue_of, ns)
                 if name in in_ns:
                     cq_name = in_ns[name]
                 else:
                     cq_name = in_ns[name] = state.cluster_queue_of(wl)
                 pending = PendingWorkload(wl, cq_name, state.priority_of(wl), now)
-                known = reasons_free
+                in_ns = _inner(reasons_free, ns)
             else:
                 pending = PendingWorkload.of(state, wl, now)
-                known = reasons_admitted
-            in_ns = known.get(ns)
-            if in_ns is None:
-                in_ns = known[ns] = {}
+                in_ns = _inner(reasons_admitted, ns)
             if name in in_ns:
                 reason = in_ns[name]
             else:
@@ -293,6 +288,14 @@ def admission_pass(
     ``waiting`` (preemptions in flight), which hold their place at the head of their queue;
     heads in ``first`` (preemptors whose victims have left) are processed before others."""
     return AdmissionPass(snapshot, waiting, first, observe).run()
+
+
+def _inner(nested: dict[str, dict[str, str | None]], key: str) -> dict[str, str | None]:
+    """``nested[key]``, made empty first if absent (no dict allocated when present)."""
+    inner = nested.get(key)
+    if inner is None:
+        inner = nested[key] = {}
+    return inner
 
 
 def _empty_decision(ev: Evaluation) -> Decision:
