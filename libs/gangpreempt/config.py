@@ -47,6 +47,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # world from STATE instead of publishing the scenario again. None: no journal.
     sim_journal: str | None = None
     poll_interval: float = 1.0  # seconds between re-reads of the manifests
+    # ingest: a publish of at least this many STATE changes (a starting state, a relist,
+    # a burst of the sim's) goes in chunks of this many, one message each; 0: one message
+    # per change always
+    state_chunk: int = 256
     # quota
     cycle_delay: float = 0.05  # seconds to gather state changes before an admission cycle
     # Which pending workloads gangpreempt decides for: all of them (it is the only
@@ -111,6 +115,7 @@ _INTEGERS = {
     "stream_replicas": (1, 5),
     "health_port": (0, 65535),
     "eviction_concurrency": (1, 256),
+    "state_chunk": (0, 4096),
 }
 _CHOICES = {
     "sink": ("sim", "log", "kubernetes"),

@@ -56,6 +56,18 @@ class StateComplete(Event, frozen=True, kw_only=True, tag=True):
     objects: int  # objects in the starting state
 
 
+class StateChunk(Event, frozen=True, kw_only=True, tag=True):
+    """Many objects' changes in one STATE message (a starting state, a full republish, a
+    burst of the sim's): applied in order, as if each had come on its own subject at this
+    point of the stream. Each chunk has a subject of its own
+    (``<p>.state.chunk.<epoch>.<n>``); ingest deletes it once every object in it has a
+    newer version on STATE."""
+
+    epoch: str  # the publishing run (a token: letters, digits, dashes)
+    n: int  # the chunk's number in its run
+    changes: tuple[ObjectUpserted | ObjectDeleted, ...]
+
+
 # -- quota ------------------------------------------------------------------------------
 
 
@@ -239,6 +251,7 @@ AnyEvent = (
     ObjectUpserted
     | ObjectDeleted
     | StateComplete
+    | StateChunk
     | Admitted
     | Pending
     | CheckDecided
@@ -298,6 +311,7 @@ __all__ = [
     "PreemptionRequested",
     "RequestExpired",
     "ShadowCompared",
+    "StateChunk",
     "StateComplete",
     "VictimActuated",
     "decode",

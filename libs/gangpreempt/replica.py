@@ -4,6 +4,10 @@ restarts). A state event that does not decode, is not a state event, or carries 
 object that fails validation (a negative count or quantity, a priority outside int32)
 is dead-lettered with the reason and not applied.
 
+A ``StateChunk`` is applied change by change, in order, as if each had come on its own
+subject: listeners hear each change; one change that does not apply is dead-lettered
+(the chunk, with the change named) and the others apply.
+
 ``complete`` turns true once the replica has seen ingest's ``StateComplete`` marker: from
 then on it holds at least the whole starting state (listeners hear it as a change of
 kind ``StateComplete`` with no object)."""
@@ -24,6 +28,7 @@ from opentelemetry import trace
 from gangpreempt import events
 from gangpreempt.bus.consuming import DeadLetters, describe_undecodable
 from gangpreempt.bus.following import Follower
+from gangpreempt.bus.statechunks import ChunkLedger, Ref
 from gangpreempt.bus.topology import Topology
 from gangpreempt.errors import Transient
 from gangpreempt.model import kinds
@@ -36,8 +41,13 @@ log = structlog.get_logger("gangpreempt.replica")
 
 
 class StateReplica:
-    def __init__(self, nc: Client, topology: Topology, service: str) -> None:
+    def __init__(
+        self, nc: Client, topology: Topology, service: str, ledger: ChunkLedger | None = None
+    ) -> None:
         self.nc = nc
+        # told of every object's stored version in stream order (ingest: which chunks
+        # are no longer needed)
+        self.ledger = ledger
         self.js = nc.jetstream()
         self.topology = topology
         self.state = ClusterState()
@@ -88,6 +98,11 @@ class StateReplica:
                 self._links[link.span_id] = link
                 if len(self._links) > MAX_LINKS:
                     self._links.pop(next(iter(self._links)))
+        # Set before the changes apply, so listeners see the sequence they come from;
+        # nothing awaits until they are applied, so no waiter sees it early.
+        self.seq = max(self.seq, seq)
+        refs: list[Ref] = []
+        chunk = False
         change: tuple[str, Any, Any] | None = None
         try:
             event = events.decode(msg.data)
@@ -95,18 +110,14 @@ class StateReplica:
                 raise msgspec.ValidationError(
                     f"{events.event_type(event)} {event.id} does not belong on {msg.subject}"
                 )
-            if isinstance(event, events.ObjectUpserted):
-                new = kinds.decode_object(event.kind, event.body)
-                if kinds.key_of(new) != event.key:
-                    raise msgspec.ValidationError(
-                        f"{event.kind} {event.key}: its body is {kinds.key_of(new)}"
-                    )
-                old = kinds.get(self.state, event.kind, kinds.key_of(new))
-                kinds.put(self.state, new)
-                change = (event.kind, old, new)
-            elif isinstance(event, events.ObjectDeleted):
-                old = kinds.remove(self.state, event.kind, event.key)
-                change = (event.kind, old, None)
+            if isinstance(event, events.StateChunk):
+                chunk = True
+                bad = self._apply_chunk(event, refs)
+                if bad:
+                    self._dead_letter(msg, f"cannot apply state: chunk {event.id}: {bad}")
+            elif isinstance(event, events.ObjectUpserted | events.ObjectDeleted):
+                change = self._apply(event)
+                refs.append((event.kind, event.key))
             elif isinstance(event, events.StateComplete):
                 if not self.complete:
                     log.info("starting state complete", source=event.source, seq=seq)
@@ -115,19 +126,52 @@ class StateReplica:
             else:
                 raise msgspec.ValidationError(f"{events.event_type(event)} is not a state event")
         except (msgspec.DecodeError, KeyError) as exc:
-            etype, eid = describe_undecodable(msg.data)
-            task = asyncio.ensure_future(
-                self.dead_letters.send(msg, f"cannot apply state: {exc}", etype, eid)
-            )
-            self._pending_dlq.add(task)
-            task.add_done_callback(self._pending_dlq.discard)
-        async with self._advanced:
-            self.seq = max(self.seq, seq)
-            self._advanced.notify_all()
+            self._dead_letter(msg, f"cannot apply state: {exc}")
         if change is not None:
-            self.pods.changed(*change)
-            for listener in self._listeners:
-                listener(*change)
+            self._notify(change)
+        if self.ledger is not None and refs:
+            self.ledger.note(seq, refs, chunk)
+        async with self._advanced:
+            self._advanced.notify_all()
+
+    def _notify(self, change: tuple[str, Any, Any]) -> None:
+        self.pods.changed(*change)
+        for listener in self._listeners:
+            listener(*change)
+
+    def _apply(self, event: events.ObjectUpserted | events.ObjectDeleted) -> tuple[str, Any, Any]:
+        """One object's change applied to the state: (kind, old, new)."""
+        if isinstance(event, events.ObjectUpserted):
+            new = kinds.decode_object(event.kind, event.body)
+            if kinds.key_of(new) != event.key:
+                raise msgspec.ValidationError(
+                    f"{event.kind} {event.key}: its body is {kinds.key_of(new)}"
+                )
+            old = kinds.get(self.state, event.kind, kinds.key_of(new))
+            kinds.put(self.state, new)
+            return (event.kind, old, new)
+        return (event.kind, kinds.remove(self.state, event.kind, event.key), None)
+
+    def _apply_chunk(self, event: events.StateChunk, refs: list[Ref]) -> str:
+        """A chunk's changes applied in order, each heard by the listeners before the
+        next applies; one that does not apply is left out (and named in the returned
+        reason), the others still apply."""
+        bad: list[str] = []
+        for change in event.changes:
+            try:
+                applied = self._apply(change)
+            except (msgspec.DecodeError, KeyError) as exc:
+                bad.append(f"{change.id}: {exc}")
+                continue
+            refs.append((change.kind, change.key))
+            self._notify(applied)
+        return "; ".join(bad)
+
+    def _dead_letter(self, msg: Msg, reason: str) -> None:
+        etype, eid = describe_undecodable(msg.data)
+        task = asyncio.ensure_future(self.dead_letters.send(msg, reason, etype, eid))
+        self._pending_dlq.add(task)
+        task.add_done_callback(self._pending_dlq.discard)
 
     async def wait_seq(self, seq: int, timeout: float = 5.0) -> None:
         if self.seq >= seq:  # the usual case: already there

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import itertools
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from gangpreempt import events
 from gangpreempt.bus import leases_bucket
 from gangpreempt.bus.consuming import DeadLetters, Delivery
 from gangpreempt.bus.publishing import Oversized
+from gangpreempt.bus.statechunks import Change, group_changes, ref_of
 from gangpreempt.bus.status import IngestStatus, status_subject
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model import kinds
@@ -34,9 +36,10 @@ from gangpreempt.replica import StateReplica
 from gangpreempt.telemetry import publish_batch_span, tracer
 from services import simwire
 from services.heap import freeze_heap
+from services.ingest.chunks import ChunkReaper, chunk_epoch
 from services.ingest.journal import Journal, Line
 from services.ingest.kubernetes import KubeSource
-from services.ingest.sim import SimCluster, split_ref
+from services.ingest.sim import Chunking, SimCluster, split_ref
 from services.ingest.sources import ManifestSource
 from services.ingest.timeline import Step, load_timeline, matches
 from services.runtime import ServiceContext, fault, sleep_or_stop
@@ -51,9 +54,13 @@ class Ingest:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.kube: KubeSource | None = None
+        self.reaper = ChunkReaper(ctx.nc, ctx.topology)
+        self.chunk_epoch = chunk_epoch()
+        self.chunks_sent = 0
         if ctx.settings.source == "kubernetes":
-            # The API server is the cluster: no sim, no scenario, no timeline.
-            self.replica = StateReplica(ctx.nc, ctx.topology, "ingest")
+            # The API server is the cluster: no sim, no scenario, no timeline. ingest's
+            # replica reads STATE in order: it tells the chunk ledger what is stored.
+            self.replica = StateReplica(ctx.nc, ctx.topology, "ingest", self.reaper.ledger)
             self.kube = KubeSource(ctx.settings, self.stream_objects)
             ctx.readiness.append(self.kube.published.is_set)
         elif not ctx.settings.scenario:
@@ -70,6 +77,7 @@ class Ingest:
                 ctx.settings.termination_delay,
                 journal=self.journal,
                 on_oversized=self.oversized,
+                chunking=Chunking(ctx.settings.state_chunk, self.chunk_epoch, self.reaper.ledger),
             )
             if ctx.settings.sim and self.kube is None
             else None
@@ -97,53 +105,98 @@ class Ingest:
         await self.publish(*changes)
 
     async def publish(self, upserts: list[Any], deletes: list[tuple[str, str]]) -> None:
-        """Upserts then deletions, in this order on the stream. Without the sim they are
-        sent back to back with their acks awaited together, a window at a time (a full
-        republish of a large cluster is tens of thousands of messages)."""
-        acks: list[asyncio.Future[Any]] = []
+        """Upserts then deletions, in this order on the stream. With the sim they are
+        changes to its world (its writer publishes them). Without, they are sent back to
+        back with their acks awaited together, a window at a time, in chunks when they
+        are many (``state_chunk``; a full republish of a large cluster is tens of
+        thousands of objects)."""
         template = f"{self.ctx.topology.prefix}.state"
         with publish_batch_span(template, len(upserts) + len(deletes)):
-            for i, obj in enumerate(upserts):
-                if i == WHOLE // 2:
-                    fault("relist")  # halfway through a whole state's publish
-                await self.put(obj, acks)
-                await self._settle(acks, ACK_WINDOW)
-            for kind, key in deletes:
-                await self.remove(kind, key, acks)
-                await self._settle(acks, ACK_WINDOW)
-            await self._settle(acks, 0)
+            if self.sim is not None:
+                for i, obj in enumerate(upserts):
+                    if i == WHOLE // 2:
+                        fault("relist")  # halfway through a whole state's publish
+                    await self.sim.upsert(obj)
+                for kind, key in deletes:
+                    await self.sim.delete(kind, key)
+            else:
+                changes: list[Change] = [self._upserted(obj) for obj in upserts]
+                changes += [self._deleted(kind, key) for kind, key in deletes]
+                await self._send_changes(changes, len(upserts) > WHOLE // 2)
         if upserts or deletes:
             log.info("state published", upserted=len(upserts), deleted=len(deletes))
 
-    async def _settle(self, acks: list[asyncio.Future[Any]], window: int) -> None:
-        """Await the acks once more than ``window`` are outstanding."""
-        if len(acks) > window:
-            timeout = self.ctx.publisher.ack_timeout + len(acks) * 0.01
-            await asyncio.wait_for(asyncio.gather(*acks), timeout)
-            acks.clear()
+    async def _send_changes(self, changes: list[Change], whole: bool) -> None:
+        """``changes`` on STATE, in order (``whole``: a whole state's, where the
+        ``relist`` fault strikes halfway)."""
+        per_chunk = self.ctx.settings.state_chunk
+        groups: Iterable[list[Change]] = (
+            group_changes(changes, per_chunk, self.ctx.publisher.nc.max_payload // 2)
+            if per_chunk and len(changes) >= per_chunk
+            else ([c] for c in changes)
+        )
+        sent: list[tuple[asyncio.Future[Any], list[Change], bool]] = []
+        done = 0
+        for group in groups:
+            if whole and done <= WHOLE // 2 < done + len(group):
+                fault("relist")  # halfway through a whole state's publish
+            done += len(group)
+            if len(group) > 1:
+                chunk = events.StateChunk(
+                    id=f"chunk-{self.chunk_epoch}-{self.chunks_sent}",
+                    occurred_at=self.ctx.now(),
+                    epoch=self.chunk_epoch,
+                    n=self.chunks_sent,
+                    changes=tuple(group),
+                )
+                self.chunks_sent += 1
+                with contextlib.suppress(Oversized):  # then one message per change
+                    sent.append((await self.ctx.publisher.send(chunk), group, True))
+                    await self._settle(sent, ACK_WINDOW)
+                    continue
+            for change in group:
+                try:
+                    sent.append((await self.ctx.publisher.send(change), [change], False))
+                except Oversized as exc:
+                    await self.oversized(exc)
+                await self._settle(sent, ACK_WINDOW)
+        await self._settle(sent, 0)
 
-    async def put(self, obj: Any, acks: list[asyncio.Future[Any]]) -> None:
-        if self.sim is not None:
-            await self.sim.upsert(obj)
-            return
+    async def _settle(
+        self, sent: list[tuple[asyncio.Future[Any], list[Change], bool]], window: int
+    ) -> None:
+        """Await the acks once more than ``window`` are outstanding; the chunk ledger
+        hears of what was stored, in the order it was sent."""
+        if len(sent) > window:
+            timeout = self.ctx.publisher.ack_timeout + len(sent) * 0.01
+            acks = await asyncio.wait_for(asyncio.gather(*(a for a, _, _ in sent)), timeout)
+            if self.kube is None:  # with kubernetes, ingest's replica tells the ledger
+                for ack, (_, group, chunk) in zip(acks, sent, strict=True):
+                    self.reaper.ledger.note(ack.seq, map(ref_of, group), chunk)
+            sent.clear()
+
+    def _upserted(self, obj: Any) -> events.ObjectUpserted:
         version = f"{self.epoch}-{next(self.versions)}"
         if isinstance(obj, Workload) and not obj.resource_version:
             obj = msgspec.structs.replace(obj, resource_version=version)
         kind, key = kinds.kind_of(obj), kinds.key_of(obj)
-        body = kinds.encode_object(obj)
-        event = events.ObjectUpserted(
+        return events.ObjectUpserted(
             id=f"{kind}/{key}@{version}",
             occurred_at=self.ctx.now(),
             kind=kind,
             key=key,
             uid=getattr(obj, "uid", ""),
             resource_version=getattr(obj, "resource_version", ""),
-            body=body,
+            body=kinds.encode_object(obj),
         )
-        try:
-            acks.append(await self.ctx.publisher.send(event))
-        except Oversized as exc:
-            await self.oversized(exc)
+
+    def _deleted(self, kind: str, key: str) -> events.ObjectDeleted:
+        return events.ObjectDeleted(
+            id=f"{kind}/{key}@{self.epoch}-{next(self.versions)}-deleted",
+            occurred_at=self.ctx.now(),
+            kind=kind,
+            key=key,
+        )
 
     async def oversized(self, exc: Oversized) -> None:
         """An object too large for NATS (``max_payload``): logged and dead-lettered to
@@ -164,18 +217,6 @@ class Ingest:
             )
         except Exception as error:  # NATS away: the log above still says it
             log.warning("dead letter not sent", event_id=exc.event_id, error=repr(error))
-
-    async def remove(self, kind: str, key: str, acks: list[asyncio.Future[Any]]) -> None:
-        if self.sim is not None:
-            await self.sim.delete(kind, key)
-            return
-        event = events.ObjectDeleted(
-            id=f"{kind}/{key}@{self.epoch}-{next(self.versions)}-deleted",
-            occurred_at=self.ctx.now(),
-            kind=kind,
-            key=key,
-        )
-        acks.append(await self.ctx.publisher.send(event))
 
     async def watch(self) -> None:
         while not await sleep_or_stop(self.ctx.stop, self.ctx.settings.poll_interval):
@@ -357,6 +398,7 @@ class Ingest:
             await self.publish(missing, [])
             log.info("starting state completed", published=len(missing), had=len(have))
         else:
+            await ctx.persevering("learn the state chunks", self.reaper.learn)
             if self.journal is not None:
                 self.journal.write(start=time.time())
             await self.publish_changes(force=True)
@@ -371,7 +413,7 @@ class Ingest:
         self.started = time.monotonic() - (time.time() - start)
         self.fired = {line.fired for line in lines if line.fired is not None}
         self.played = set(self.fired)  # journaled once their changes were stored
-        replica = StateReplica(ctx.nc, ctx.topology, "ingest")
+        replica = StateReplica(ctx.nc, ctx.topology, "ingest", self.reaper.ledger)
         await ctx.persevering("follow the cluster state", replica.start)
         last = await ctx.persevering("read the cluster state", replica.caught_up)
         await replica.stop()
@@ -393,6 +435,7 @@ class Ingest:
         try:
             await self._run()
         finally:
+            await self.reaper.close()
             status.cancel()
             with contextlib.suppress(BaseException):
                 await status
@@ -416,6 +459,7 @@ class Ingest:
             await self.start_sim(self.sim)
             await self.mark_complete("sim", len(kinds.objects(self.sim.world)))
         else:
+            await ctx.persevering("learn the state chunks", self.reaper.learn)
             await ctx.persevering("publish the manifests", lambda: self.publish_changes(force=True))
             await self.mark_complete("manifests", len(self.source.differ.keys()))
         async with asyncio.TaskGroup() as tg:

@@ -36,6 +36,7 @@ from gangpreempt import events
 from gangpreempt.bus import Publisher
 from gangpreempt.bus.leasing import LeaseView
 from gangpreempt.bus.publishing import Oversized
+from gangpreempt.bus.statechunks import Change, ChunkLedger, change_size
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import SOFT_EVICTION_LABEL, Pod
@@ -60,6 +61,15 @@ log = structlog.get_logger("gangpreempt.sim")
 Item = tuple[str, str, dict[str, str]]  # a change to publish: kind, key, trace context
 
 
+class Chunking(msgspec.Struct, frozen=True):
+    """How the writer batches: once ``per_chunk`` changes wait (0: never), up to that
+    many go in one ``StateChunk``; ``ledger`` hears of every stored message."""
+
+    per_chunk: int
+    epoch: str
+    ledger: ChunkLedger | None = None
+
+
 def with_condition(conditions: tuple[Condition, ...], cond: Condition) -> tuple[Condition, ...]:
     return (*(c for c in conditions if c.type != cond.type), cond)
 
@@ -82,8 +92,11 @@ class SimCluster:
         termination_delay: float,
         journal: Journal | None = None,
         on_oversized: Callable[[Oversized], Awaitable[None]] | None = None,
+        chunking: Chunking | None = None,
     ) -> None:
         self.publisher = publisher
+        self.chunking = chunking or Chunking(0, "")
+        self.chunks_sent = 0
         # A change too large to publish is handed here (ingest dead-letters it) and not
         # sent again: the writer goes on with the next.
         self.on_oversized = on_oversized
@@ -123,31 +136,123 @@ class SimCluster:
     # goes then is the current one, so the stream never ends on an older version than one
     # it already stored. ``flush`` waits until every change is stored.
     async def _write(self) -> None:
+        per_chunk = self.chunking.per_chunk
         while True:
             item = await self._outbox.get()
+            if per_chunk and self._outbox.qsize() + 1 >= per_chunk:
+                await self._write_chunk(item)
+                continue
             try:
                 event = self._event_for(item[0], item[1])
             except (OverflowError, msgspec.EncodeError) as exc:  # never sendable: go on
                 log.error("state event cannot be encoded; not sent", ref=item[:2], error=repr(exc))
                 self._outbox.task_done()
                 continue
-            token = context.attach(extract(item[2]))
-            try:
-                ack = await self.publisher.send(event)
-            except Oversized as exc:  # never sendable: dead-lettered, and the writer goes on
-                await self._oversized(exc)
+            await self._send_one(item, event)
+
+    async def _send_one(self, item: Item, event: events.Event) -> None:
+        token = context.attach(extract(item[2]))
+        try:
+            ack = await self.publisher.send(event)
+        except Oversized as exc:  # never sendable: dead-lettered, and the writer goes on
+            await self._oversized(exc)
+            self._outbox.task_done()
+            return
+        except Exception as exc:
+            log.warning("state event not sent; again", event_id=event.id, error=repr(exc))
+            await asyncio.sleep(0.2)
+            self._again(item)
+            return
+        finally:
+            context.detach(token)
+        self._waiting(self._acked(item, event, ack))
+
+    def _waiting(self, work: Coroutine[Any, Any, None]) -> None:
+        waiter = asyncio.ensure_future(work)
+        self._acks.add(waiter)
+        waiter.add_done_callback(self._acks.discard)
+
+    def _drain(self, first: Item) -> tuple[list[Item], list[Item], list[Change]]:
+        """``first`` and the changes waiting after it, up to a chunk's worth: every item
+        taken, the first item of each object, and the object's current version each."""
+        items: list[Item] = []
+        firsts: list[Item] = []
+        changes: list[Change] = []
+        seen: set[tuple[str, str]] = set()
+        budget = self.publisher.nc.max_payload // 2
+        size = 0
+        item = first
+        while True:
+            items.append(item)
+            ref = (item[0], item[1])
+            if ref not in seen:
+                seen.add(ref)
+                try:
+                    change = self._event_for(*ref)
+                except (OverflowError, msgspec.EncodeError) as exc:  # never sendable
+                    log.error("state event cannot be encoded; not sent", ref=ref, error=repr(exc))
+                else:
+                    firsts.append(item)
+                    changes.append(change)
+                    size += change_size(change)
+            if len(changes) >= self.chunking.per_chunk or size >= budget or self._outbox.empty():
+                return items, firsts, changes
+            item = self._outbox.get_nowait()
+
+    async def _write_chunk(self, first: Item) -> None:
+        """The waiting changes in one ``StateChunk`` (each object's version at the time
+        of sending); one too large goes change by change."""
+        items, firsts, changes = self._drain(first)
+        if len(changes) <= 1:  # one object (changed again and again), or none sendable
+            for _ in range(len(items) - len(firsts)):
                 self._outbox.task_done()
-                continue
-            except Exception as exc:
-                log.warning("state event not sent; again", event_id=event.id, error=repr(exc))
-                await asyncio.sleep(0.2)
+            for item, change in zip(firsts, changes, strict=True):
+                await self._send_one(item, change)
+            return
+        chunk = events.StateChunk(
+            id=f"chunk-{self.chunking.epoch}-{self.chunks_sent}",
+            occurred_at=self.now(),
+            epoch=self.chunking.epoch,
+            n=self.chunks_sent,
+            changes=tuple(changes),
+        )
+        self.chunks_sent += 1
+        token = context.attach(extract(first[2]))
+        try:
+            ack = await self.publisher.send(chunk)
+        except Oversized:
+            for _ in range(len(items) - len(firsts)):
+                self._outbox.task_done()  # the repeats: their object goes once
+            for item, change in zip(firsts, changes, strict=True):
+                await self._send_one(item, change)
+            return
+        except Exception as exc:
+            log.warning("state chunk not sent; again", event_id=chunk.id, error=repr(exc))
+            await asyncio.sleep(0.2)
+            for item in items:
                 self._again(item)
-                continue
-            finally:
-                context.detach(token)
-            waiter = asyncio.ensure_future(self._acked(item, event, ack))
-            self._acks.add(waiter)
-            waiter.add_done_callback(self._acks.discard)
+            return
+        finally:
+            context.detach(token)
+        self._waiting(self._chunk_acked(items, chunk, ack))
+
+    async def _chunk_acked(
+        self, items: list[Item], chunk: events.StateChunk, ack: asyncio.Future[Any]
+    ) -> None:
+        try:
+            stored = await asyncio.wait_for(ack, self.publisher.ack_timeout)
+        except Exception as exc:
+            log.warning("state chunk not stored; again", event_id=chunk.id, error=repr(exc))
+            await asyncio.sleep(0.2)
+            for item in items:
+                self._again(item)
+            return
+        if self.chunking.ledger is not None:
+            self.chunking.ledger.note(stored.seq, ((c.kind, c.key) for c in chunk.changes), True)
+        for change in chunk.changes:
+            self._forget_if_deleted(change)
+        for _ in items:
+            self._outbox.task_done()
 
     async def _oversized(self, exc: Oversized) -> None:
         if self.on_oversized is not None:
@@ -161,21 +266,28 @@ class SimCluster:
 
     async def _acked(self, item: Item, event: events.Event, ack: asyncio.Future[Any]) -> None:
         try:
-            await asyncio.wait_for(ack, self.publisher.ack_timeout)
+            stored = await asyncio.wait_for(ack, self.publisher.ack_timeout)
         except Exception as exc:
             log.warning("state event not stored; again", event_id=event.id, error=repr(exc))
             await asyncio.sleep(0.2)
             self._again(item)
             return
-        kind, key = item[0], item[1]
-        stored = f"{kind}/{key}@{self._versions.get((kind, key), 0)}-deleted"
-        if event.id == stored and kinds.get(self.world, kind, key) is None:
-            # nothing of the object is kept once its deletion is on STATE
-            self._versions.pop((kind, key), None)
-            self._deleted_uids.pop((kind, key), None)
+        if self.chunking.ledger is not None:
+            self.chunking.ledger.note(stored.seq, [(item[0], item[1])], False)
+        self._forget_if_deleted(event)
         self._outbox.task_done()
 
-    def _event_for(self, kind: str, key: str) -> events.Event:
+    def _forget_if_deleted(self, event: events.Event) -> None:
+        """Nothing of an object is kept once its deletion is on STATE."""
+        if not isinstance(event, events.ObjectDeleted):
+            return
+        kind, key = event.kind, event.key
+        stored = f"{kind}/{key}@{self._versions.get((kind, key), 0)}-deleted"
+        if event.id == stored and kinds.get(self.world, kind, key) is None:
+            self._versions.pop((kind, key), None)
+            self._deleted_uids.pop((kind, key), None)
+
+    def _event_for(self, kind: str, key: str) -> Change:
         """The object's current version as a STATE event (a deletion if it is gone)."""
         version = self._versions.get((kind, key), 0)
         obj = kinds.get(self.world, kind, key)

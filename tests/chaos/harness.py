@@ -69,6 +69,7 @@ FAULTS = (
     "relist",
 )
 SERVICES = ("ingest", "quota", "victims", "actuator")
+STATE_CHUNKS = (256, 8, 3)  # GANGPREEMPT_STATE_CHUNK, drawn per run
 SETTINGS = {
     "GANGPREEMPT_TERMINATION_DELAY": "1",
     "GANGPREEMPT_PLAN_TIMEOUT": "4",
@@ -101,6 +102,7 @@ class RunResult:
     evictions: int = 0
     restarts: int = 0
     failovers: list[Failover] = field(default_factory=list)
+    state_chunk: int = 0  # GANGPREEMPT_STATE_CHUNK of the run
 
     @property
     def ok(self) -> bool:
@@ -188,12 +190,15 @@ class ChaosRun:
         self.fault = fault
         self.seed = seed
         self.rng = random.Random(seed)
+        # STATE in chunks or not, from the seed (its own draw: the faults' stay as they
+        # were): the faults strike chunked starts, relists and bursts too
+        self.state_chunk = random.Random(f"chunk-{seed}").choice(STATE_CHUNKS)
         self.dir = workdir
         self.topology = Topology("chaos")
         self.server = NatsServer(str(workdir / "nats"))
         self.logs = workdir / "logs"
         self.journal = workdir / "sim-journal.jsonl"
-        self.result = RunResult(fault, seed)
+        self.result = RunResult(fault, seed, state_chunk=self.state_chunk)
         self.procs: dict[str, Process] = {}
         self.supervising = True
         self.gangs: list[scenario.Gang] = []
@@ -210,6 +215,7 @@ class ChaosRun:
             GANGPREEMPT_PREFIX=self.topology.prefix,
             GANGPREEMPT_SCENARIO=str(self.dir / "scenario"),
             GANGPREEMPT_SIM_JOURNAL=str(self.journal),
+            GANGPREEMPT_STATE_CHUNK=str(self.state_chunk),
         )
         return env
 
@@ -379,7 +385,13 @@ class ChaosRun:
                 {
                     t
                     for t in events.AnyEvent.__args__
-                    if t not in (events.ObjectUpserted, events.ObjectDeleted, events.StateComplete)
+                    if t
+                    not in (
+                        events.ObjectUpserted,
+                        events.ObjectDeleted,
+                        events.StateComplete,
+                        events.StateChunk,
+                    )
                 },
                 key=lambda t: t.__name__,
             )
@@ -416,14 +428,23 @@ class ChaosRun:
                     priority=5000,
                     pod_sets=(PodSet("main", -rng.randint(1, 9), {"cpu": -1000}),),
                 )
-                ev = events.ObjectUpserted(
+                bad: events.Event = events.ObjectUpserted(
                     id=f"invalid-{rng.random()}",
                     occurred_at=datetime.now(UTC),
                     kind="Workload",
                     key=wl.key,
                     body=kinds.encode_object(wl),
                 )
-                await js.publish(topo.subject_of(ev), events.encode(ev))
+                number = int(wl.name.rsplit("-", 1)[1])
+                if number % 2:  # half of them in a chunk of their own
+                    bad = events.StateChunk(
+                        id=f"chunk-{bad.id}",
+                        occurred_at=bad.occurred_at,
+                        epoch="chaos",
+                        n=number,
+                        changes=(bad,),  # type: ignore[arg-type]
+                    )
+                await js.publish(topo.subject_of(bad), events.encode(bad))
         except Exception:
             pass  # a fault of its own (the stream refused it): nothing to check
 
@@ -659,7 +680,7 @@ def describe(r: RunResult) -> str:
     head = (
         f"{r.fault:<9} seed {r.seed:<6} {'ok  ' if r.ok else 'FAIL'} settled {settle:>6} after faults, "
         f"{r.plans_actuated} plans actuated, {r.evictions} evictions, {r.restarts} restarts, "
-        f"{r.elapsed_s:.0f}s"
+        f"{r.elapsed_s:.0f}s, state chunk {r.state_chunk}"
     )
     failovers = [
         f"    quota failover from token {f.token}: next decision "

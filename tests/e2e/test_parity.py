@@ -1,5 +1,6 @@
 """The services reach the decisions ``gangpreempt plan`` reaches, on the scenario suite:
-ingest watches a folder (no sim) and each bundle is swapped into it in turn."""
+ingest watches a folder (no sim) and each bundle is swapped into it in turn, its objects
+(and their deletion) in STATE chunks."""
 
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ async def test_services_and_plan_agree_on_the_scenario_suite(
             "GANGPREEMPT_SIM": "false",
             "GANGPREEMPT_SINK": "log",
             "GANGPREEMPT_POLL_INTERVAL": "0.05",
+            # a bundle's objects (and their deletion) in STATE chunks of 4
+            "GANGPREEMPT_STATE_CHUNK": "4",
         }
     )
 
@@ -77,11 +80,12 @@ async def test_services_and_plan_agree_on_the_scenario_suite(
 
     def live_objects() -> set[tuple[str, str]]:
         live: set[tuple[str, str]] = set()
-        for e in state_seen:
-            if isinstance(e, events.ObjectUpserted):
-                live.add((e.kind, e.key))
-            elif isinstance(e, events.ObjectDeleted):
-                live.discard((e.kind, e.key))
+        for m in state_seen:
+            for e in m.changes if isinstance(m, events.StateChunk) else (m,):
+                if isinstance(e, events.ObjectUpserted):
+                    live.add((e.kind, e.key))
+                elif isinstance(e, events.ObjectDeleted):
+                    live.discard((e.kind, e.key))
         return live
 
     checked = 0

@@ -40,11 +40,13 @@ def admitted(evs: list[events.Event], who: str) -> bool:
     return bool(of(evs, events.Admitted, workload=who))
 
 
+@pytest.mark.parametrize("state_chunk", ["256", "2"], ids=["objects", "chunks"])
 async def test_happy_path(
-    nc: Client, topology: Topology, services: Services, scenario_dir: Path
+    nc: Client, topology: Topology, services: Services, scenario_dir: Path, state_chunk: str
 ) -> None:
+    # "chunks": the starting state (and any burst of the sim's) goes in STATE chunks
     full_cluster(scenario_dir)
-    services.start()
+    services.start(extra={"GANGPREEMPT_STATE_CHUNK": state_chunk})
     evs = await wait_for(nc, topology, lambda e: admitted(e, GANG), what="the gang admitted")
     assert_saga(saga_of(evs, GANG))
     (proposal,) = of(evs, events.PlanProposed, preemptor=GANG)
@@ -61,6 +63,10 @@ async def test_happy_path(
     states = [decode_record(m.data).state for m in history if m.data]
     moves = [s for i, s in enumerate(states) if i == 0 or states[i - 1] != s]
     assert moves[:4] == ["requested", "confirmed", "actuating", "actuated"], states
+    info = await nc.jetstream().stream_info(
+        topology.state_stream, subjects_filter=topology.state_chunk_wildcard
+    )
+    assert bool(info.state.subjects) == (state_chunk == "2")
 
 
 async def test_rejected_plan_touches_nothing(

@@ -72,8 +72,8 @@ def _follow(stream: str) -> list[str]:
 def service_permissions(topology: Topology, service: str) -> dict[str, object]:
     """``{"publish": {"allow": [...]}, "subscribe": {"allow": [...]}}`` for ``service``.
 
-    ingest    STATE; its consumer; reads and follows the leases (the sim checks tokens);
-              its status
+    ingest    STATE (and deletes its spent chunks); its consumer; reads and follows the
+              leases (the sim checks tokens); its status
     quota     its events; its consumer; the plan records (read, write, follow); its status;
               its own lease (key ``quota``)
     victims   its events; its consumer; the plan records (read); answers explain requests
@@ -87,6 +87,8 @@ def service_permissions(topology: Topology, service: str) -> dict[str, object]:
     subscribe = [f"{inbox_prefix(service)}.>"]
     if service == "ingest":
         publish.append(f"{topology.prefix}.state.>")
+        # the chunks no reader needs any more (``StateChunk``) are deleted from STATE
+        publish.append(f"$JS.API.STREAM.MSG.DELETE.{topology.state_stream}")
         subscribe.append(f"{topology.prefix}.sim.*")  # the sim cluster answers requests
         subscribe.append(status_subject(topology, "ingest"))  # how far its timeline is
         publish += _bucket_read(leases) + _follow(f"KV_{leases}")

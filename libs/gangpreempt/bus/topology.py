@@ -6,6 +6,7 @@ permission is one wildcard::
 
     <p>.state.<kind>.<namespace|_>.<name>   ingest      STATE stream, one message per subject
     <p>.state.complete._._                  ingest      STATE: the starting state is all there
+    <p>.state.chunk.<epoch>.<n>             ingest      STATE: many objects' changes at once
     <p>.quota.<event>                       quota       DECISIONS stream
     <p>.victims.<event>                     victims     DECISIONS stream
     <p>.actuator.<event>                    actuator    DECISIONS stream
@@ -76,11 +77,21 @@ class Topology:
         """Where ingest marks its starting state complete (``StateComplete``)."""
         return f"{self.prefix}.state.complete._._"
 
+    def state_chunk_subject(self, epoch: str, n: int) -> str:
+        """Where one ``StateChunk`` goes (a subject of its own, never superseded)."""
+        return f"{self.prefix}.state.chunk.{encode_token(epoch)}.{n}"
+
+    @property
+    def state_chunk_wildcard(self) -> str:
+        return f"{self.prefix}.state.chunk.>"
+
     def subject_of(self, event: events.Event) -> str:
         if isinstance(event, events.ObjectUpserted | events.ObjectDeleted):
             return self.state_subject(event.kind, event.key)
         if isinstance(event, events.StateComplete):
             return self.state_complete_subject
+        if isinstance(event, events.StateChunk):
+            return self.state_chunk_subject(event.epoch, event.n)
         return self.event_subject(type(event))
 
     def event_subject(self, event_type: type[events.Event]) -> str:
