@@ -214,8 +214,16 @@ class LazyItems(Sequence[Any]):
     def __getitem__(self, index: slice) -> list[Any]: ...
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
-            return [msgspec.json.decode(r) for r in self._raw[index]]
-        return msgspec.json.decode(self._raw[index])
+            return [_DECODER.decode(r) for r in self._raw[index]]
+        return _DECODER.decode(self._raw[index])
+
+    def __iter__(self) -> Iterator[Any]:
+        decode = _DECODER.decode  # not ``Sequence.__iter__``: index by index
+        for raw in self._raw:
+            yield decode(raw)
+
+
+_DECODER = msgspec.json.Decoder()
 
 
 def _json_document(data: bytes) -> Any:

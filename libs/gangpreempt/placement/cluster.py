@@ -120,22 +120,28 @@ class NodeCluster:
 
     def _index(self, pod: Pod) -> None:
         """Account for a pod (its priority is resolved already)."""
+        key = pod.key
         if pod.group:
-            insort(self.members.setdefault(pod.group, []), pod, key=_pod_key)
+            _insort_key(self.members.setdefault(pod.group, []), pod, key)
         if pod.kueue_workload:
-            self.kueue_pods.setdefault(pod.kueue_workload, set()).add(pod.key)
-        if pod.pending:
-            self.pending[pod.key] = pod
-            if pod.nominated_node:
-                self.nominated[pod.key] = pod
-        if not pod.running:
+            self.kueue_pods.setdefault(pod.kueue_workload, set()).add(key)
+        if pod.finished:
+            return
+        if not pod.node_name:
+            if not pod.terminating:  # pending
+                self.pending[key] = pod
+                if pod.nominated_node:
+                    self.nominated[key] = pod
             return
         view = self.by_name.get(pod.node_name)
         if view is None:
-            self.unbound[pod.key] = pod
+            self.unbound[key] = pod
             return
-        insort(view.pods, pod, key=_pod_key)
-        view.use(self.demand(pod))
+        _insort_key(view.pods, pod, key)
+        demand = self._demand.get(key)
+        if demand is None:
+            demand = self._demand[key] = pod_demand(pod)
+        view.use(demand)
 
     def _unindex(self, pod: Pod) -> None:
         if pod.group:
@@ -365,6 +371,15 @@ class NodeCluster:
 
 def _pod_key(pod: Pod) -> str:
     return pod.key
+
+
+def _insort_key(pods: list[Pod], pod: Pod, key: str) -> None:
+    """``insort(pods, pod, key=_pod_key)``, ``key`` being ``pod.key``: appended when it
+    goes last (pods indexed in key order, as the first build does), without a search."""
+    if not pods or pods[-1].key <= key:
+        pods.append(pod)
+    else:
+        insort(pods, pod, key=_pod_key)
 
 
 __all__ = ["NodeCluster", "NodeView", "add_into", "pod_demand"]

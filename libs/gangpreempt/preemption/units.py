@@ -138,9 +138,14 @@ class UnitTable:
         self.slot_of: dict[str, int] = {u.ref: i for i, u in enumerate(self.ordered)}
         guarded = [self._index(unit) for unit in self.ordered]
         self.slot_data.fill(self.ordered, guarded)
+        on_node, nodes_of = self.on_node, self.nodes_of
         for unit in self.ordered:
-            for node, demand in self.nodes_of[unit.ref]:
-                self.on_node.setdefault(node, []).append((unit, demand))
+            for node, demand in nodes_of[unit.ref]:
+                row = on_node.get(node)
+                if row is None:
+                    on_node[node] = [(unit, demand)]
+                else:
+                    row.append((unit, demand))
 
     # -- membership ---------------------------------------------------------------------------
 
@@ -157,7 +162,10 @@ class UnitTable:
     def _join(self, pod: Pod) -> str:
         ref, whole = self.ref_of(pod)
         key = pod.key
-        self._pods_of.setdefault(ref, {})[key] = pod
+        pods = self._pods_of.get(ref)
+        if pods is None:
+            pods = self._pods_of[ref] = {}
+        pods[key] = pod
         self._ref_of_pod[key] = ref
         self._whole[ref] = whole
         return ref
@@ -236,13 +244,17 @@ class UnitTable:
         else:
             here: dict[str, dict[str, int]] = {}
             for p in unit.pods:
-                add_into(here.setdefault(p.node_name, {}), demand(p))
+                on = here.get(p.node_name)
+                if on is None:
+                    on = here[p.node_name] = {}
+                add_into(on, demand(p))
                 self.of_pod[p.key] = unit
             self.nodes_of[unit.ref] = list(here.items())
         guarded, timed = self._guards(unit)
-        for priority, refs in self._eligible.items():
-            if self.refusal(unit, priority) is None:  # it checks the priority first
-                refs.add(unit.ref)
+        if self._eligible:
+            for priority, refs in self._eligible.items():
+                if self.refusal(unit, priority) is None:  # it checks the priority first
+                    refs.add(unit.ref)
         pdbs = self.cluster.state.pdbs
         if pdbs:
             self.covering[unit.ref] = [
