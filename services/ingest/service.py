@@ -120,19 +120,23 @@ class Ingest:
                 for kind, key in deletes:
                     await self.sim.delete(kind, key)
             else:
-                changes: list[Change] = [self._upserted(obj) for obj in upserts]
-                changes += [self._deleted(kind, key) for kind, key in deletes]
-                await self._send_changes(changes, len(upserts) > WHOLE // 2)
+                # made as they are sent: a whole state's are not all held at once
+                changes: Iterable[Change] = itertools.chain(
+                    (self._upserted(obj) for obj in upserts),
+                    (self._deleted(kind, key) for kind, key in deletes),
+                )
+                count = len(upserts) + len(deletes)
+                await self._send_changes(changes, count, len(upserts) > WHOLE // 2)
         if upserts or deletes:
             log.info("state published", upserted=len(upserts), deleted=len(deletes))
 
-    async def _send_changes(self, changes: list[Change], whole: bool) -> None:
-        """``changes`` on STATE, in order (``whole``: a whole state's, where the
-        ``relist`` fault strikes halfway)."""
+    async def _send_changes(self, changes: Iterable[Change], count: int, whole: bool) -> None:
+        """The ``count`` ``changes`` on STATE, in order (``whole``: a whole state's, where
+        the ``relist`` fault strikes halfway)."""
         per_chunk = self.ctx.settings.state_chunk
         groups: Iterable[list[Change]] = (
             group_changes(changes, per_chunk, self.ctx.publisher.nc.max_payload // 2)
-            if per_chunk and len(changes) >= per_chunk
+            if per_chunk and count >= per_chunk
             else ([c] for c in changes)
         )
         sent: list[tuple[asyncio.Future[Any], list[Change], bool]] = []

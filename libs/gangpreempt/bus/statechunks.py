@@ -13,7 +13,7 @@ needs, and is deleted (``ChunkLedger`` says which).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 
 from gangpreempt import events
 
@@ -29,7 +29,7 @@ def change_size(change: Change) -> int:
     return OVERHEAD + len(body) + 2 * len(change.key) + len(change.id)
 
 
-def group_changes(changes: Sequence[Change], per_chunk: int, budget: int) -> Iterator[list[Change]]:
+def group_changes(changes: Iterable[Change], per_chunk: int, budget: int) -> Iterator[list[Change]]:
     """``changes`` in order, cut into groups of at most ``per_chunk`` changes and about
     ``budget`` bytes (a change larger than the budget is a group of its own)."""
     group: list[Change] = []
