@@ -289,7 +289,9 @@ def explain(
         return
     try:
         clock = _now(now)
-        loaded = _read_input(paths, kubeconfig, kube_context, output, strict)
+        # as in plan: no collection scans what was read, while deciding or after
+        with _settled():
+            loaded = _read_input(paths, kubeconfig, kube_context, output, strict)
         with paused(), _progress(output, "deciding"):
             refs = (
                 [workload]
