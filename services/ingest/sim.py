@@ -204,10 +204,7 @@ class SimCluster:
         of sending); one too large goes change by change."""
         items, firsts, changes = self._drain(first)
         if len(changes) <= 1:  # one object (changed again and again), or none sendable
-            for _ in range(len(items) - len(firsts)):
-                self._outbox.task_done()
-            for item, change in zip(firsts, changes, strict=True):
-                await self._send_one(item, change)
+            await self._one_by_one(items, firsts, changes)
             return
         chunk = events.StateChunk(
             id=f"chunk-{self.chunking.epoch}-{self.chunks_sent}",
@@ -221,20 +218,32 @@ class SimCluster:
         try:
             ack = await self.publisher.send(chunk)
         except Oversized:
-            for _ in range(len(items) - len(firsts)):
-                self._outbox.task_done()  # the repeats: their object goes once
-            for item, change in zip(firsts, changes, strict=True):
-                await self._send_one(item, change)
+            await self._one_by_one(items, firsts, changes)
             return
         except Exception as exc:
-            log.warning("state chunk not sent; again", event_id=chunk.id, error=repr(exc))
-            await asyncio.sleep(0.2)
-            for item in items:
-                self._again(item)
+            await self._all_again(items, "state chunk not sent; again", chunk.id, exc)
             return
         finally:
             context.detach(token)
         self._waiting(self._chunk_acked(items, chunk, ack))
+
+    async def _one_by_one(
+        self, items: list[Item], firsts: list[Item], changes: list[Change]
+    ) -> None:
+        """Each object's change in a message of its own (its repeats done with)."""
+        for _ in range(len(items) - len(firsts)):
+            self._outbox.task_done()
+        for item, change in zip(firsts, changes, strict=True):
+            await self._send_one(item, change)
+
+    async def _all_again(
+        self, items: list[Item], what: str, chunk_id: str, exc: BaseException
+    ) -> None:
+        """A chunk that did not get through: its objects queued again."""
+        log.warning(what, event_id=chunk_id, error=repr(exc))
+        await asyncio.sleep(0.2)
+        for item in items:
+            self._again(item)
 
     async def _chunk_acked(
         self, items: list[Item], chunk: events.StateChunk, ack: asyncio.Future[Any]
@@ -242,10 +251,7 @@ class SimCluster:
         try:
             stored = await asyncio.wait_for(ack, self.publisher.ack_timeout)
         except Exception as exc:
-            log.warning("state chunk not stored; again", event_id=chunk.id, error=repr(exc))
-            await asyncio.sleep(0.2)
-            for item in items:
-                self._again(item)
+            await self._all_again(items, "state chunk not stored; again", chunk.id, exc)
             return
         if self.chunking.ledger is not None:
             self.chunking.ledger.note(stored.seq, ((c.kind, c.key) for c in chunk.changes), True)
