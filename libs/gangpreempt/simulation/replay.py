@@ -520,10 +520,15 @@ class Replay:
 
     def _parked_pod(self, pre: Preemptor, most_free: dict[int, int]) -> Decision | None:
         """pod-immediate: a lone pod's standing Pending decision, when no node could hold
-        it even with every lower-priority pod gone (the planner would find neither room
-        nor victims, and commit nothing); None: decide it."""
+        it even with every lower-priority pod gone and it is nominated to none (the
+        planner would find neither room nor victims, and commit nothing); None: decide
+        it."""
         standing = self.pod_standing.get(pre.ref)
         if not self.park or standing is None or pre.is_gang or len(pre.pods) != 1:
+            return None
+        if pre.pods[0].nominated_node:
+            # kube-scheduler waits for the pods terminating on a pod's nominated node, as
+            # long as there are some: that decision (nominations kept) is not the standing one
             return None
         gpus = int(pre.pods[0].requests.get(GPU, 0))
         if pre.priority not in most_free:
