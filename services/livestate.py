@@ -3,14 +3,10 @@ quota ledger and the node-level index the core computes on."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
-
-import structlog
 
 from gangpreempt.errors import InvalidInput
 from gangpreempt.planning.nodeindex import NodeIndex
@@ -19,8 +15,6 @@ from gangpreempt.quota.snapshot import Snapshot
 from gangpreempt.replica import StateReplica
 from services.heap import freeze_heap, freeze_while_loading
 from services.runtime import ServiceContext
-
-log = structlog.get_logger("gangpreempt.livestate")
 
 
 def key_of(ref: str) -> str:
@@ -41,31 +35,19 @@ class LiveState:
         self.nodes = NodeIndex(self.replica.state)
         self._on_change = on_change
         self.replica.on_change(self._changed)
-        self.replica.before_complete(self._build_nodes)
         freeze_while_loading(self.replica)  # after ``_changed``: the index is frozen too
 
     def _changed(self, kind: str, old: Any, new: Any) -> None:
         if self.ledger is not None:
             self.ledger.changed(kind, old, new)
         self.nodes.changed(kind, old, new)
+        if kind == "StateComplete" and self.nodes.stale:
+            # The starting state is all here (nodes arriving mark the index stale): build
+            # it now, not at the first decision.
+            with contextlib.suppress(InvalidInput):
+                self.nodes.build(self.ctx.now())
         if self._on_change is not None:
             self._on_change(kind, old, new)
-
-    async def _build_nodes(self) -> None:
-        """The starting state is all here (nodes arriving marked the index stale): the
-        index is built now, not at the first decision, in a thread, STATE held meanwhile
-        (at 20,000 nodes a build takes seconds: the loop goes on, the leases renewed)."""
-        if not self.nodes.stale:
-            return
-        started = time.monotonic()
-        try:
-            await asyncio.to_thread(self.nodes.build, self.ctx.now())
-        except InvalidInput:
-            return  # built again at the first decision, which says why not
-        except Exception as exc:  # the same: the starting state still completes
-            log.error("node index not built", error=repr(exc))
-            return
-        log.info("node index built", seconds=round(time.monotonic() - started, 3))
 
     async def start(self) -> None:
         """Rebuild from STATE, then build the ledger and the node index on the caught-up

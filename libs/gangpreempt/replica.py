@@ -15,7 +15,7 @@ kind ``StateComplete`` with no object)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -55,7 +55,6 @@ class StateReplica:
         self.complete = False  # ingest's starting state is all here
         self._advanced = asyncio.Condition()
         self._listeners: list[Callable[[str, Any, Any], None]] = []
-        self._before_complete: list[Callable[[], Awaitable[None]]] = []
         self.pods = PodIndex(self.state)  # pods by node and by gang, in step with the state
         self.dead_letters = DeadLetters(nc, topology, service)
         self._pending_dlq: set[asyncio.Task[None]] = set()
@@ -74,12 +73,6 @@ class StateReplica:
     def on_change(self, listener: Callable[[str, Any, Any], None]) -> None:
         """``listener(kind, old, new)`` after each applied change (None for absent)."""
         self._listeners.append(listener)
-
-    def before_complete(self, hook: Callable[[], Awaitable[None]]) -> None:
-        """``await hook()`` when the first ``StateComplete`` marker arrives, before it
-        applies: STATE waits meanwhile (the loop does not), and ``complete`` turns true
-        after (a service builds what the whole state is needed for there)."""
-        self._before_complete.append(hook)
 
     async def start(self) -> None:
         await self.follower.start()
@@ -105,13 +98,6 @@ class StateReplica:
                 self._links[link.span_id] = link
                 if len(self._links) > MAX_LINKS:
                     self._links.pop(next(iter(self._links)))
-        if (
-            self._before_complete
-            and not self.complete
-            and msg.subject == self.topology.state_complete_subject
-        ):
-            for hook in self._before_complete:
-                await hook()
         # Set before the changes apply, so listeners see the sequence they come from;
         # nothing awaits until they are applied, so no waiter sees it early.
         self.seq = max(self.seq, seq)
