@@ -47,6 +47,7 @@ from services.runtime import ServiceContext, fault, sleep_or_stop
 log = structlog.get_logger("gangpreempt.ingest")
 
 ACK_WINDOW = 500  # state messages in flight before their acks are awaited
+CHUNK_WINDOW = 8  # the same for chunks (each up to half of max_payload)
 WHOLE = 20  # a publish of at least this many objects is taken for a whole state's (tests)
 
 
@@ -156,7 +157,7 @@ class Ingest:
                 self.chunks_sent += 1
                 with contextlib.suppress(Oversized):  # then one message per change
                     sent.append((await self.ctx.publisher.send(chunk), group, True))
-                    await self._settle(sent, ACK_WINDOW)
+                    await self._settle(sent, CHUNK_WINDOW)
                     continue
             for change in group:
                 try:
