@@ -119,7 +119,7 @@ def preemptors(n: int) -> tuple[list[Any], list[str]]:
     refs: list[str] = []
     for i in range(n):
         if i % 2 == 0:
-            objs += gang(f"fg-{i}")
+            objs += gang(f"fg-{i}", 8)
             refs.append(f"PodGroup/pre/fg-{i}")
         else:
             objs.append(Pod("pre", f"fp-{i}", requests(1), uid=f"uid-fp-{i}", priority=PRIORITY))
