@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
 
+from bench.processes import cpu_seconds
 from bench.stats import environment, write_result
 from gangpreempt import events
 from gangpreempt.bus import NatsServer, connected
@@ -69,17 +69,6 @@ def sample_event(i: int) -> events.PlanProposed:
         victims=victims,
         state_seq=i,
     )
-
-
-def cpu_of(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def own_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 async def run_once(url: str, n: int, batch: int, name: str) -> tuple[float, int]:
@@ -143,7 +132,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     try:
         for round_ in range(2):  # interleaved: each size twice
             for batch in (int(b) for b in args.batches.split(",")):
-                server_cpu, mine = cpu_of(server.proc.pid), own_cpu()
+                server_cpu, mine = cpu_seconds(server.proc.pid), cpu_seconds(os.getpid())
                 seconds, messages = asyncio.run(
                     run_once(server.url, args.events, batch, f"B{batch}R{round_}")
                 )
@@ -154,8 +143,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                         "messages": messages,
                         "seconds": seconds,
                         "events_per_s": args.events / seconds,
-                        "client_cpu_us_per_event": (own_cpu() - mine) / args.events * 1e6,
-                        "server_cpu_us_per_event": (cpu_of(server.proc.pid) - server_cpu)
+                        "client_cpu_us_per_event": (cpu_seconds(os.getpid()) - mine)
+                        / args.events
+                        * 1e6,
+                        "server_cpu_us_per_event": (cpu_seconds(server.proc.pid) - server_cpu)
                         / args.events
                         * 1e6,
                     }

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ from nats.js.api import DeliverPolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
 
-from bench.processes import service_env, start_services, stop_services
+from bench.processes import cpu_seconds, service_env, start_services, stop_services
 from bench.stats import environment, stats_ms, write_result
 from gangpreempt import events
 from gangpreempt.bus import NatsServer, Topology, connected, follow, provision
@@ -111,12 +110,6 @@ def core_times(folder: Path, n: int) -> list[float]:
         times.append(time.perf_counter() - t)
         assert decision.outcome == "Preempt", decision.message
     return times
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class BurstCpu:

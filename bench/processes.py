@@ -52,6 +52,13 @@ def start_services(env: dict[str, str], logs: Path) -> dict[str, subprocess.Pope
     return procs
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user and system) a live process has spent so far."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def stop_services(procs: dict[str, subprocess.Popen[bytes]]) -> None:
     for p in procs.values():
         p.send_signal(signal.SIGTERM)
@@ -62,4 +69,4 @@ def stop_services(procs: dict[str, subprocess.Popen[bytes]]) -> None:
             p.kill()
 
 
-__all__ = ["SERVICES", "service_env", "start_services", "stop_services"]
+__all__ = ["SERVICES", "cpu_seconds", "service_env", "start_services", "stop_services"]

@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import contextlib
 import itertools
-import os
 import random
 import subprocess
 import sys
@@ -47,7 +46,7 @@ from nats.js.api import DeliverPolicy
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or imported
 
 from bench.density import dense_scenario
-from bench.processes import service_env, start_services, stop_services
+from bench.processes import cpu_seconds, service_env, start_services, stop_services
 from bench.stats import environment, stats_ms, write_result
 from bench.victims import NODE_GPUS, requests
 from gangpreempt import events
@@ -180,16 +179,12 @@ async def churn(pub: Publisher, state: ClusterState, rate: float, stop: asyncio.
 
 def proc_stats(pid: int) -> dict[str, float]:
     """CPU seconds and peak RSS (MiB) of a live process."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
     peak = 0.0
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
             if line.startswith("VmHWM:"):
                 peak = int(line.split()[1]) / 1024
-    return {"cpu_s": cpu, "peak_rss_mib": peak}
+    return {"cpu_s": cpu_seconds(pid), "peak_rss_mib": peak}
 
 
 async def until(check: Any, timeout: float, what: str) -> float:
