@@ -101,7 +101,8 @@ class StateReplica:
         # Set before the changes apply, so listeners see the sequence they come from;
         # nothing awaits until they are applied, so no waiter sees it early.
         self.seq = max(self.seq, seq)
-        refs: list[Ref] = []
+        # the objects this message stored, for a ledger only (none: not collected)
+        refs: list[Ref] | None = [] if self.ledger is not None else None
         chunk = False
         change: tuple[str, Any, Any] | None = None
         try:
@@ -117,7 +118,8 @@ class StateReplica:
                     self._dead_letter(msg, f"cannot apply state: chunk {event.id}: {bad}")
             elif isinstance(event, events.ObjectUpserted | events.ObjectDeleted):
                 change = self._apply(event)
-                refs.append((event.kind, event.key))
+                if refs is not None:
+                    refs.append((event.kind, event.key))
             elif isinstance(event, events.StateComplete):
                 if not self.complete:
                     log.info("starting state complete", source=event.source, seq=seq)
@@ -152,7 +154,7 @@ class StateReplica:
             return (event.kind, old, new)
         return (event.kind, kinds.remove(self.state, event.kind, event.key), None)
 
-    def _apply_chunk(self, event: events.StateChunk, refs: list[Ref]) -> str:
+    def _apply_chunk(self, event: events.StateChunk, refs: list[Ref] | None) -> str:
         """A chunk's changes applied in order, each heard by the listeners before the
         next applies; one that does not apply is left out (and named in the returned
         reason), the others still apply."""
@@ -163,7 +165,8 @@ class StateReplica:
             except (msgspec.DecodeError, KeyError) as exc:
                 bad.append(f"{change.id}: {exc}")
                 continue
-            refs.append((change.kind, change.key))
+            if refs is not None:
+                refs.append((change.kind, change.key))
             self._notify(applied)
         return "; ".join(bad)
 
