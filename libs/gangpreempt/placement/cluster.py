@@ -138,10 +138,7 @@ class NodeCluster:
             self.unbound[key] = pod
             return
         _insort_key(view.pods, pod, key)
-        demand = self._demand.get(key)
-        if demand is None:
-            demand = self._demand[key] = pod_demand(pod)
-        view.use(demand)
+        view.use(self.demand(pod, key))
 
     def _unindex(self, pod: Pod) -> None:
         if pod.group:
@@ -270,11 +267,12 @@ class NodeCluster:
 
     # -- lookups ----------------------------------------------------------------------------
 
-    def demand(self, pod: Pod) -> dict[str, int]:
-        """``pod_demand``, computed once per pod."""
-        d = self._demand.get(pod.key)
+    def demand(self, pod: Pod, key: str | None = None) -> dict[str, int]:
+        """``pod_demand``, computed once per pod (``key``: ``pod.key``, when known)."""
+        key = key or pod.key
+        d = self._demand.get(key)
         if d is None:
-            d = self._demand[pod.key] = pod_demand(pod)
+            d = self._demand[key] = pod_demand(pod)
         return d
 
     def allowed_names(self, constraints: SchedulingConstraints) -> frozenset[str]:
