@@ -4,7 +4,9 @@ milli-CPU for cpu, units for everything else)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from gangpreempt import events
 from gangpreempt.model import (
     Admission,
     ClusterQueue,
@@ -21,10 +23,19 @@ from gangpreempt.model import (
     ResourceGroup,
     ResourceQuota,
     Workload,
+    kinds,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NOW = T0 + timedelta(hours=1)
+
+
+def state_upsert(obj: Any, at: datetime = T0) -> events.ObjectUpserted:
+    """The STATE event publishing model object ``obj`` (its first version)."""
+    kind, key = kinds.kind_of(obj), kinds.key_of(obj)
+    return events.ObjectUpserted(
+        id=f"{kind}/{key}@1", occurred_at=at, kind=kind, key=key, body=kinds.encode_object(obj)
+    )
 
 
 def quota(nominal: int, borrowing: int | None = None, lending: int | None = None) -> ResourceQuota:

@@ -17,20 +17,13 @@ from nats.aio.client import Client
 from gangpreempt import events
 from gangpreempt.bus import Topology
 from gangpreempt.bus.publishing import Publisher
-from gangpreempt.model import kinds
 from gangpreempt.model.pods import Node, Pod
+from tests.builders import state_upsert
 from tests.e2e.harness import Services, of, wait_for
 
 pytestmark = pytest.mark.e2e
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 PENDING = "Pod/ml/a-pending"
-
-
-def upsert(obj: object) -> events.ObjectUpserted:
-    kind, key = kinds.kind_of(obj), kinds.key_of(obj)
-    return events.ObjectUpserted(
-        id=f"{kind}/{key}@1", occurred_at=NOW, kind=kind, key=key, body=kinds.encode_object(obj)
-    )
 
 
 def skipped_at(log: str) -> list[int]:
@@ -53,8 +46,8 @@ async def test_nothing_is_decided_before_the_starting_state_is_complete(
     running = Pod(
         "ml", "z-running", {"cpu": 4}, uid="u-z", node_name="n1", priority=100, start_time=NOW
     )
-    await pub.publish(upsert(node))
-    ack = await pub.publish(upsert(pending))
+    await pub.publish(state_upsert(node))
+    ack = await pub.publish(state_upsert(pending))
     # Until quota has run a cycle on a state that holds the pending pod and its empty
     # node (or has decided something on it) ...
     deadline = time.monotonic() + 30
@@ -66,7 +59,7 @@ async def test_nothing_is_decided_before_the_starting_state_is_complete(
         await asyncio.sleep(0.1)
     # ... it decided nothing on it.
     assert not admitted
-    await pub.publish(upsert(running))
+    await pub.publish(state_upsert(running))
     await pub.publish(
         events.StateComplete(id="complete-1", occurred_at=NOW, source="test", objects=3)
     )

@@ -13,10 +13,11 @@ from nats.js.api import DeliverPolicy
 
 from gangpreempt import events
 from gangpreempt.bus import Publisher, Topology
-from gangpreempt.model import PodSet, Workload, kinds
+from gangpreempt.model import PodSet, Workload
 from gangpreempt.replica import StateReplica
 from services.ingest.chunks import ChunkReaper
 from services.ingest.sim import Chunking, SimCluster
+from tests.builders import state_upsert
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -93,16 +94,7 @@ async def test_a_bad_change_in_a_chunk_is_dead_lettered_and_the_others_apply(
     nc: Client, topology: Topology
 ) -> None:
     good, bad = workload("good"), workload("bad", count=-1)
-    changes = tuple(
-        events.ObjectUpserted(
-            id=f"{w.name}@1",
-            occurred_at=NOW,
-            kind="Workload",
-            key=w.key,
-            body=kinds.encode_object(w),
-        )
-        for w in (bad, good)
-    )
+    changes = (state_upsert(bad), state_upsert(good))
     chunk = events.StateChunk(id="chunk-x-0", occurred_at=NOW, epoch="x", n=0, changes=changes)
     await Publisher(nc, topology, "ingest").publish(chunk)
     replica = StateReplica(nc, topology, "test")
