@@ -108,11 +108,24 @@ def _plan(
     kind, _, key = (workload or "").partition("/")
     wl = state.workloads.get(key) if kind == "Workload" else None
     own_tree = _tree_of(snapshot, state.cluster_queue_of(wl)) if wl is not None else None
+    # Only a workload in the preemptor's cohort tree can be a candidate: pinning the
+    # others (a burst's requests name every victim in flight) would change nothing. The
+    # tree's ClusterQueues are named once, so a request naming many victims in flight
+    # costs a lookup per victim.
+    own_cqs = (
+        None
+        if own_tree is None
+        else {n.name for n in own_tree.subtree_cluster_queues()}
+        if own_tree.is_cohort
+        else {own_tree.name}
+    )
+    admitted = snapshot.admitted
     for key in excluded:
-        # Only a workload in the preemptor's cohort tree can be a candidate: pinning the
-        # others (a burst's requests name every victim in flight) would change nothing.
-        aw = snapshot.admitted.get(key)
-        if own_tree is None or (aw is not None and _tree_of(snapshot, aw.cq) is own_tree):
+        if own_cqs is None:
+            snapshot.pin(key)
+            continue
+        aw = admitted.get(key)
+        if aw is not None and aw.cq in own_cqs:
             snapshot.pin(key)
     if workload is None:
         if state.pods and state.nodes:
