@@ -105,6 +105,7 @@ class StateReplica:
         refs: list[Ref] | None = [] if self.ledger is not None else None
         chunk = False
         change: tuple[str, Any, Any] | None = None
+        failed: Exception | None = None  # a listener's, raised once the message is in
         try:
             event = events.decode(msg.data)
             if msg.subject != self.topology.subject_of(event):
@@ -113,7 +114,7 @@ class StateReplica:
                 )
             if isinstance(event, events.StateChunk):
                 chunk = True
-                bad = self._apply_chunk(event, refs)
+                bad, failed = self._apply_chunk(event, refs)
                 if bad:
                     self._dead_letter(msg, f"cannot apply state: chunk {event.id}: {bad}")
             elif isinstance(event, events.ObjectUpserted | events.ObjectDeleted):
@@ -130,11 +131,24 @@ class StateReplica:
         except (msgspec.DecodeError, KeyError) as exc:
             self._dead_letter(msg, f"cannot apply state: {exc}")
         if change is not None:
-            self._notify(change)
+            failed = self._heard(change)
         if self.ledger is not None and refs:
             self.ledger.note(seq, refs, chunk)
         async with self._advanced:
             self._advanced.notify_all()
+        if failed is not None:
+            raise failed  # a listener's bug: reported as before, the state kept whole
+
+    def _heard(self, change: tuple[str, Any, Any]) -> Exception | None:
+        """``_notify``; a listener's error is logged and returned, not raised, so that
+        what the message holds still applies in full (the rest of a chunk, the ledger's
+        note, the waiters)."""
+        try:
+            self._notify(change)
+        except Exception as exc:
+            log.exception("a state listener failed", kind=change[0])
+            return exc
+        return None
 
     def _notify(self, change: tuple[str, Any, Any]) -> None:
         self.pods.changed(*change)
@@ -154,11 +168,16 @@ class StateReplica:
             return (event.kind, old, new)
         return (event.kind, kinds.remove(self.state, event.kind, event.key), None)
 
-    def _apply_chunk(self, event: events.StateChunk, refs: list[Ref] | None) -> str:
+    def _apply_chunk(
+        self, event: events.StateChunk, refs: list[Ref] | None
+    ) -> tuple[str, Exception | None]:
         """A chunk's changes applied in order, each heard by the listeners before the
         next applies; one that does not apply is left out (and named in the returned
-        reason), the others still apply."""
+        reason), the others still apply. A listener that fails on one change does not
+        keep the next ones out either: the first such error is returned, as one message
+        per object would have raised it."""
         bad: list[str] = []
+        failed: Exception | None = None
         for change in event.changes:
             try:
                 applied = self._apply(change)
@@ -167,8 +186,10 @@ class StateReplica:
                 continue
             if refs is not None:
                 refs.append((change.kind, change.key))
-            self._notify(applied)
-        return "; ".join(bad)
+            error = self._heard(applied)
+            if failed is None:
+                failed = error
+        return "; ".join(bad), failed
 
     def _dead_letter(self, msg: Msg, reason: str) -> None:
         etype, eid = describe_undecodable(msg.data)

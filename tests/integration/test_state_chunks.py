@@ -118,3 +118,31 @@ async def test_a_bad_change_in_a_chunk_is_dead_lettered_and_the_others_apply(
     assert "chunk-x-0" in reason
     assert "bad@1" in reason
     assert "good@1" not in reason
+
+
+async def test_a_listener_failing_on_one_change_of_a_chunk_leaves_the_rest_applied(
+    nc: Client, topology: Topology
+) -> None:
+    names = ("a", "b", "c")
+    changes = tuple(state_upsert(workload(n)) for n in names)
+    chunk = events.StateChunk(id="chunk-y-0", occurred_at=NOW, epoch="y", n=0, changes=changes)
+    await Publisher(nc, topology, "ingest").publish(chunk)
+    replica = StateReplica(nc, topology, "test")
+    heard: list[str] = []
+
+    def listener(kind: str, _old: object, new: object) -> None:
+        if kind != "Workload":
+            return
+        assert isinstance(new, Workload)
+        heard.append(new.name)
+        if new.name == "a":
+            raise KeyError("a listener's bug")
+
+    replica.on_change(listener)
+    await replica.start()
+    try:
+        await replica.caught_up()
+        assert set(replica.state.workloads) == {"ns/a", "ns/b", "ns/c"}
+        assert heard == ["a", "b", "c"]
+    finally:
+        await replica.stop()
