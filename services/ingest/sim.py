@@ -36,7 +36,7 @@ from gangpreempt import events
 from gangpreempt.bus import Publisher
 from gangpreempt.bus.leasing import LeaseView
 from gangpreempt.bus.publishing import Oversized
-from gangpreempt.bus.statechunks import Change, ChunkLedger, change_size
+from gangpreempt.bus.statechunks import Change, ChunkLedger, change_size, in_chunks
 from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import SOFT_EVICTION_LABEL, Pod
@@ -203,6 +203,8 @@ class SimCluster:
         """The waiting changes in one ``StateChunk`` (each object's version at the time
         of sending); one too large goes change by change."""
         items, firsts, changes = self._drain(first)
+        if not all(in_chunks(c) for c in changes):
+            items, firsts, changes = await self._deletions_alone(items, firsts, changes)
         if len(changes) <= 1:  # one object (changed again and again), or none sendable
             await self._one_by_one(items, firsts, changes)
             return
@@ -226,6 +228,23 @@ class SimCluster:
         finally:
             context.detach(token)
         self._waiting(self._chunk_acked(items, chunk, ack))
+
+    async def _deletions_alone(
+        self, items: list[Item], firsts: list[Item], changes: list[Change]
+    ) -> tuple[list[Item], list[Item], list[Change]]:
+        """The deletions among a drained batch sent each on its object's subject
+        (``statechunks.in_chunks``); the rest returned for the chunk."""
+        gone = {(f[0], f[1]) for f, c in zip(firsts, changes, strict=True) if not in_chunks(c)}
+        kept = [item for item in items if (item[0], item[1]) not in gone]
+        for _ in range(len(items) - len(kept) - len(gone)):  # a deleted object's repeats
+            self._outbox.task_done()
+        rest: list[tuple[Item, Change]] = []
+        for item, change in zip(firsts, changes, strict=True):
+            if in_chunks(change):
+                rest.append((item, change))
+            else:
+                await self._send_one(item, change)
+        return kept, [item for item, _ in rest], [change for _, change in rest]
 
     async def _one_by_one(
         self, items: list[Item], firsts: list[Item], changes: list[Change]

@@ -146,3 +146,34 @@ async def test_a_listener_failing_on_one_change_of_a_chunk_leaves_the_rest_appli
         assert heard == ["a", "b", "c"]
     finally:
         await replica.stop()
+
+
+async def test_deletions_queued_together_go_on_their_own_subjects_and_pin_no_chunk(
+    nc: Client, topology: Topology
+) -> None:
+    reaper = ChunkReaper(nc, topology)
+    sim = SimCluster(
+        Publisher(nc, topology, "ingest"), 1.0, chunking=Chunking(4, "e2", reaper.ledger)
+    )
+    try:
+        for i in range(8):  # two chunks of 4
+            await sim.upsert(workload(f"w{i}"))
+        await sim.flush()
+        assert await chunk_subjects(nc, topology) == 2
+        # queued together: six deletions and two changes, drained a chunk's worth at a time
+        for i in range(6):
+            await sim.delete("Workload", f"ns/w{i}")
+        for i in (6, 7):
+            await sim.upsert(workload(f"w{i}", cpu=2000))
+        await sim.flush()
+        # both old chunks spent; only the chunk of the two changes holds anything
+        await eventually(lambda: chunks_are(nc, topology, 1), 10, "the spent chunks deleted")
+        got = await rebuilt(nc, topology)
+        assert {k: w.pod_sets[0].requests["cpu"] for k, w in got.items()} == {
+            "ns/w6": 2000,
+            "ns/w7": 2000,
+        }
+        assert reaper.ledger.chunks == 1
+    finally:
+        await sim.close()
+        await reaper.close()

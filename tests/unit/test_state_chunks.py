@@ -107,3 +107,20 @@ def test_in_order_it_lets_go_of_every_spent_chunk(stream: list[tuple[bool, list[
         ledger.note(seq, [("Workload", str(o)) for o in objs], chunk)
     assert ledger.chunks == len(needed)
     assert set(emptied) == chunks - needed
+
+
+def deleted(key: str) -> events.ObjectDeleted:
+    return events.ObjectDeleted(id=f"{key}@deleted", occurred_at=NOW, kind="Workload", key=key)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 5)), max_size=40), st.integers(1, 6))
+def test_a_deletion_is_never_in_a_chunk(
+    kinds_and_keys: list[tuple[bool, int]], per_chunk: int
+) -> None:
+    changes = [deleted(f"ns/w{k}") if gone else upserted(f"ns/w{k}") for gone, k in kinds_and_keys]
+    groups = list(group_changes(changes, per_chunk, 10_000))
+    assert [c for g in groups for c in g] == changes  # the order kept
+    for group in groups:
+        assert len(group) <= per_chunk
+        if any(isinstance(c, events.ObjectDeleted) for c in group):
+            assert len(group) == 1  # sent on its own subject

@@ -31,10 +31,17 @@ def change_size(change: Change) -> int:
 
 def group_changes(changes: Iterable[Change], per_chunk: int, budget: int) -> Iterator[list[Change]]:
     """``changes`` in order, cut into groups of at most ``per_chunk`` changes and about
-    ``budget`` bytes (a change larger than the budget is a group of its own)."""
+    ``budget`` bytes (a change larger than the budget is a group of its own). A deletion
+    is always a group of its own (sent on its object's subject, see ``in_chunks``)."""
     group: list[Change] = []
     size = 0
     for change in changes:
+        if not in_chunks(change):
+            if group:
+                yield group
+                group, size = [], 0
+            yield [change]
+            continue
         cost = change_size(change)
         if group and (len(group) >= per_chunk or size + cost > budget):
             yield group
@@ -43,6 +50,15 @@ def group_changes(changes: Iterable[Change], per_chunk: int, budget: int) -> Ite
         size += cost
     if group:
         yield group
+
+
+def in_chunks(change: Change) -> bool:
+    """Whether ``change`` may go in a chunk: an upsert may; a deletion goes on its
+    object's own subject. In a chunk, a deletion would be its object's newest version
+    until the object came back, and keep the whole chunk (every other change in it
+    spent) on STATE that long, perhaps for good; on its own subject it replaces the
+    object's older message there, as before chunks."""
+    return isinstance(change, events.ObjectUpserted)
 
 
 def ref_of(change: Change) -> Ref:
@@ -94,4 +110,12 @@ class ChunkLedger:
         return self._live.get(seq, 0)
 
 
-__all__ = ["OVERHEAD", "Change", "ChunkLedger", "change_size", "group_changes", "ref_of"]
+__all__ = [
+    "OVERHEAD",
+    "Change",
+    "ChunkLedger",
+    "change_size",
+    "group_changes",
+    "in_chunks",
+    "ref_of",
+]

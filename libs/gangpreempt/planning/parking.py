@@ -345,10 +345,15 @@ class Parking:
         done: list[tuple[ClusterQueueState, dict[FR, int], int]] = []
         try:
             for cycle in sorted(checks.keys() | moved.keys()):
-                out.update(k for k in checks.get(cycle, ()) if not stand_ins[k].holds())
+                doubt = [k for k in checks.get(cycle, ()) if not stand_ins[k].holds()]
+                out.update(doubt)
                 if out and earliest:
                     break
-                for step in moved.get(cycle, ()):
+                steps = moved.get(cycle, [])
+                # a guess, not a proof (which set comes back is free as long as it is
+                # not empty): those in doubt take their requests, as an Admit would
+                steps = steps + [(stand_ins[k].cq, stand_ins[k].requests, 1) for k in doubt]
+                for step in steps:
                     cq, usage, sign = step
                     if sign > 0:
                         Snapshot.put_back(cq.node, usage)
