@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 
-from gangpreempt.manifests.fields import Fields, join
+from gangpreempt.manifests.fields import Fields, describe, join
 from gangpreempt.manifests.kueueconfig import fair_weight
 from gangpreempt.manifests.nodes import label_selector
 from gangpreempt.manifests.podspec import constraints, pod_requests, taints, tolerations
@@ -43,6 +44,7 @@ from gangpreempt.model.queues import (
 from gangpreempt.model.workloads import (
     CHECKPOINT_INTERVAL_ANNOTATION,
     LAST_CHECKPOINT_ANNOTATION,
+    PRIORITY_BOOST_ANNOTATION,
     PRIORITY_CLASS,
     WORKLOAD_PRIORITY_CLASS,
     Admission,
@@ -361,9 +363,37 @@ def _conditions(status: Fields) -> tuple[Condition, ...]:
     )
 
 
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_priority_boost(text: str) -> int | None:
+    """The annotation as Kueue parses it (Go's ``strconv.ParseInt(text, 10, 32)``): an
+    optional sign and decimal digits, within 32 bits; None when it does not parse."""
+    if not _DECIMAL.fullmatch(text):
+        return None
+    value = int(text)
+    return value if INT32_MIN <= value <= INT32_MAX else None
+
+
+def _priority_boost(notes: Fields) -> tuple[int, str | None]:
+    """(boost, the annotation's text when it does not parse)."""
+    raw = notes.raw(PRIORITY_BOOST_ANNOTATION)
+    if raw is None:
+        return 0, None
+    if not isinstance(raw, str):
+        notes.fail(
+            PRIORITY_BOOST_ANNOTATION,
+            f"expected a string (annotation values are strings, quote it), got {describe(raw)}",
+        )
+    boost = parse_priority_boost(raw)
+    return (0, raw) if boost is None else (boost, None)
+
+
 def workload(meta: Fields, namespace: str, name: str, spec: Fields, status: Fields) -> Workload:
     pod_sets = _pod_sets(spec)
     notes = meta.map_or_empty("annotations")
+    boost, boost_invalid = _priority_boost(notes)
     return Workload(
         namespace=namespace,
         name=name,
@@ -381,6 +411,8 @@ def workload(meta: Fields, namespace: str, name: str, spec: Fields, status: Fiel
         owner=_owner(meta, namespace),
         last_checkpoint=notes.time(LAST_CHECKPOINT_ANNOTATION),
         checkpoint_interval_s=notes.integer(CHECKPOINT_INTERVAL_ANNOTATION, minimum=1),
+        priority_boost=boost,
+        priority_boost_invalid=boost_invalid,
         checks=_check_states(status),
     )
 

@@ -1,7 +1,8 @@
 """Kueue's manager ``Configuration``, as the manager reads it: a file
 (``config.kueue.x-k8s.io/v1beta1`` or ``v1beta2``, no metadata), or the
 ``kueue-manager-config`` ConfigMap that holds it under ``controller_manager_config.yaml``
-(what ``kubectl get -o yaml`` prints). Only fair sharing is read."""
+(what ``kubectl get -o yaml`` prints). Only fair sharing and the PriorityBoost feature gate
+are read."""
 
 from __future__ import annotations
 
@@ -29,12 +30,19 @@ VALID_STRATEGIES = (
 )
 
 
+PRIORITY_BOOST_GATE = "PriorityBoost"
+
+
 def configuration(top: Fields, api_version: str) -> KueueConfiguration:
     """v1beta2: fair sharing is on when ``fairSharing`` is present; v1beta1: when
-    ``fairSharing.enable`` is true. An empty strategy list is Kueue's default (both)."""
+    ``fairSharing.enable`` is true. An empty strategy list is Kueue's default (both).
+    ``featureGates`` (a map of gate names to booleans, both versions): the
+    ``PriorityBoost`` gate; the others are not read."""
+    gates = feature_gates(top)
+    boost = gates.get(PRIORITY_BOOST_GATE, False)
     fs = top.map("fairSharing")
     if fs is None:
-        return KueueConfiguration()
+        return KueueConfiguration(priority_boost=boost)
     enabled = True if api_version.endswith("v1beta2") else fs.flag("enable", False)
     strategies = fs.texts("preemptionStrategies") or FAIR_STRATEGIES
     if strategies not in VALID_STRATEGIES:
@@ -44,7 +52,22 @@ def configuration(top: Fields, api_version: str) -> KueueConfiguration:
             + "; ".join("[" + ", ".join(v) + "]" for v in VALID_STRATEGIES)
             + f", got [{', '.join(strategies)}]",
         )
-    return KueueConfiguration(fair_sharing=enabled, preemption_strategies=tuple(strategies))
+    return KueueConfiguration(
+        fair_sharing=enabled, preemption_strategies=tuple(strategies), priority_boost=boost
+    )
+
+
+def feature_gates(top: Fields) -> dict[str, bool]:
+    """``featureGates``: gate name -> on, each a boolean (as Kueue's Configuration)."""
+    gates = top.map("featureGates")
+    if gates is None:
+        return {}
+    out: dict[str, bool] = {}
+    for name, value in gates.data.items():
+        if not isinstance(value, bool):
+            gates.fail(str(name), f"expected true or false, got {describe(value)}")
+        out[str(name)] = value
+    return out
 
 
 def from_config_map(data: Fields) -> tuple[Any, str] | None:
@@ -91,7 +114,9 @@ __all__ = [
     "CONFIG_MAP_KEY",
     "CONFIG_MAP_NAME",
     "CONFIG_VERSIONS",
+    "PRIORITY_BOOST_GATE",
     "configuration",
     "fair_weight",
+    "feature_gates",
     "from_config_map",
 ]

@@ -71,8 +71,15 @@ class ClusterState(msgspec.Struct):
         return 0
 
     def priority_of(self, wl: Workload) -> int:
-        """Kueue's priority: ``spec.priority`` when set, else the referenced class's value,
-        else the global-default PriorityClass, else 0."""
+        """Kueue's (effective) priority: the base priority (``base_priority_of``) plus the
+        workload's priority boost while Kueue's PriorityBoost feature gate is on."""
+        if wl.priority_boost and self.kueue_configuration().priority_boost:
+            return self.base_priority_of(wl) + wl.priority_boost
+        return self.base_priority_of(wl)
+
+    def base_priority_of(self, wl: Workload) -> int:
+        """Kueue's base priority: ``spec.priority`` when set, else the referenced class's
+        value, else the global-default PriorityClass, else 0."""
         if wl.priority is not None:
             return wl.priority
         ref = wl.priority_class

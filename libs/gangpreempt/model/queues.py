@@ -101,11 +101,14 @@ KUEUE_CONFIGURATION = "kueue"  # the one key of ``ClusterState.kueue_configurati
 class KueueConfiguration(msgspec.Struct, frozen=True):
     """What gangpreempt reads of Kueue's manager ``Configuration``: whether fair sharing
     is on, and its preemption strategies (in order; the second is always the second
-    pass)."""
+    pass); and whether its ``PriorityBoost`` feature gate is on (``featureGates``; off
+    by default, alpha in Kueue 0.17): then a Workload's priority is its priority plus
+    its ``kueue.x-k8s.io/priority-boost`` annotation, wherever Kueue reads a priority."""
 
     name: str = KUEUE_CONFIGURATION
     fair_sharing: bool = False
     preemption_strategies: tuple[str, ...] = FAIR_STRATEGIES
+    priority_boost: bool = False
 
 
 class LocalQueue(msgspec.Struct, frozen=True):

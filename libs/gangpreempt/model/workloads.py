@@ -18,6 +18,7 @@ FINISHED = "Finished"
 PREEMPTED = "Preempted"
 LAST_CHECKPOINT_ANNOTATION = "gangpreempt.io/last-checkpoint"
 CHECKPOINT_INTERVAL_ANNOTATION = "gangpreempt.io/checkpoint-interval-seconds"
+PRIORITY_BOOST_ANNOTATION = "kueue.x-k8s.io/priority-boost"
 
 WORKLOAD_PRIORITY_CLASS = "WorkloadPriorityClass"
 PRIORITY_CLASS = "PriorityClass"
@@ -82,6 +83,13 @@ class Workload(msgspec.Struct, frozen=True):
     # read only under ``--victim-cost lost-gpu-hours``.
     last_checkpoint: datetime | None = None
     checkpoint_interval_s: int | None = None
+    # Kueue's ``kueue.x-k8s.io/priority-boost`` annotation (a signed 32-bit integer added
+    # to its priority while Kueue's PriorityBoost feature gate is on); 0 when absent or
+    # when it does not parse, as Kueue reads it then. ``priority_boost_invalid``: the
+    # annotation's text when it is there but does not parse, empty text included
+    # (Kueue's webhook rejects such a Workload while the gate is on).
+    priority_boost: int = 0
+    priority_boost_invalid: str | None = None
     # status.admissionChecks, as Kueue keeps them while quota is reserved.
     checks: tuple[CheckState, ...] = ()
     # The name of gangpreempt's AdmissionCheck when the workload's ClusterQueue lists
@@ -198,6 +206,7 @@ __all__ = [
     "FINISHED",
     "LAST_CHECKPOINT_ANNOTATION",
     "PREEMPTED",
+    "PRIORITY_BOOST_ANNOTATION",
     "PRIORITY_CLASS",
     "QUOTA_RESERVED",
     "WORKLOAD_PRIORITY_CLASS",

@@ -4,8 +4,9 @@ by change instead of rebuilt for every decision.
 ``changed(kind, old, new)`` is called after the state took in each change. A pod touches
 its node's room and columns and the units of its gang; a PodGroup or a Kueue Workload
 the units of its pods; a node's labels, taints or allocatable its row. Changes that move
-priorities or rows everywhere (a PriorityClass, a WorkloadPriorityClass, a node added or
-removed) mark the index stale, and the next ``planner`` builds it again; so does a
+priorities or rows everywhere (a PriorityClass, a WorkloadPriorityClass, Kueue's
+Configuration with its PriorityBoost gate, a node added or removed) mark the index
+stale, and the next ``planner`` builds it again; so does a
 change that cannot be taken in (a pod whose PriorityClass is unknown), which raises
 there as it would in a full build. A PodDisruptionBudget recomputes which budgets cover
 each unit. The ElasticQuota view (``QuotaView``) takes each pod in too; an ElasticQuota
@@ -26,7 +27,7 @@ from gangpreempt.planning.nodeplan import NodePlanner
 from gangpreempt.preemption.jobquota import QuotaView
 from gangpreempt.preemption.units import UnitTable
 
-REBUILD_KINDS = frozenset({"PriorityClass", "WorkloadPriorityClass"})
+REBUILD_KINDS = frozenset({"PriorityClass", "WorkloadPriorityClass", "KueueConfiguration"})
 
 
 class NodeIndex:

@@ -9,6 +9,7 @@ import msgspec
 
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.workloads import PRIORITY_BOOST_ANNOTATION
 from gangpreempt.planning.cycle import admission_pass
 from gangpreempt.planning.deciding import decision, evaluate, not_considered, unavailable
 from gangpreempt.planning.decisions import Decision, Plan
@@ -215,14 +216,23 @@ def _no_nodes(decisions: list[Decision]) -> list[Decision]:
 
 
 def state_warnings(state: ClusterState) -> list[str]:
-    """What in ``state`` will be ignored (e.g. usage admitted to an undefined queue)."""
+    """What in ``state`` will be ignored (e.g. usage admitted to an undefined queue, a
+    priority boost that does not parse while Kueue's PriorityBoost gate is on)."""
+    workloads = sorted(state.workloads.values(), key=lambda w: w.key)
+    boosting = state.kueue_configuration().priority_boost
     return [
         f"{wl.ref} is admitted to ClusterQueue {wl.admission.cluster_queue}, which is not "
         "defined: its usage is ignored"
-        for wl in sorted(state.workloads.values(), key=lambda w: w.key)
+        for wl in workloads
         if wl.holds_quota
         and wl.admission
         and wl.admission.cluster_queue not in state.cluster_queues
+    ] + [
+        f"{wl.ref}: metadata.annotations.{PRIORITY_BOOST_ANNOTATION} "
+        f"{wl.priority_boost_invalid!r} is not a 32-bit integer: Kueue's webhook rejects "
+        "it while the PriorityBoost gate is on; its base priority is used"
+        for wl in workloads
+        if boosting and wl.priority_boost_invalid is not None
     ]
 
 
