@@ -14,35 +14,115 @@ from opentelemetry import context, propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace import Span, SpanKind, TraceFlags
 
 TRACER = "gangpreempt"
 OTLP_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 MESSAGING_SYSTEM = "nats"
 
-_provider: TracerProvider | None = None
+_provider: TracerProvider | IdsOnlyProvider | None = None
 
 
-def setup_tracing(service: str, processor: SpanProcessor | None = None) -> TracerProvider:
+class IdsOnlyTracer(trace.Tracer):
+    """Spans that carry ids and nothing else, for a process whose spans go nowhere: a
+    span continues its parent's trace (a new one, sampled, at a root) with an id of its
+    own, so logs and message headers still name the trace, and a service downstream
+    that exports still records its part; no attributes, times or links are kept (an
+    SDK span costs more CPU than many a message's handling)."""
+
+    def __init__(self) -> None:
+        self._ids = RandomIdGenerator()
+
+    def start_span(
+        self,
+        name: str,
+        context: context.Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Any = None,
+        links: Any = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> Span:
+        parent = trace.get_current_span(context).get_span_context()
+        if parent.is_valid:
+            trace_id, flags, state = parent.trace_id, parent.trace_flags, parent.trace_state
+        else:
+            trace_id, flags, state = (
+                self._ids.generate_trace_id(),
+                TraceFlags(TraceFlags.SAMPLED),
+                None,
+            )
+        return trace.NonRecordingSpan(
+            trace.SpanContext(
+                trace_id,
+                self._ids.generate_span_id(),
+                is_remote=False,
+                trace_flags=flags,
+                trace_state=state,
+            )
+        )
+
+    # The API's is a context manager for sync and async use alike; only ``with`` here.
+    @contextlib.contextmanager
+    def start_as_current_span(  # type: ignore[override]
+        self,
+        name: str,
+        context: context.Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Any = None,
+        links: Any = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Iterator[Span]:
+        span = self.start_span(name, context)
+        with trace.use_span(span, end_on_exit=end_on_exit) as current:
+            yield current
+
+
+class IdsOnlyProvider(trace.TracerProvider):
+    def __init__(self) -> None:
+        self._tracer = IdsOnlyTracer()
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        return self._tracer
+
+
+def setup_tracing(
+    service: str, processor: SpanProcessor | None = None
+) -> TracerProvider | IdsOnlyProvider:
     """Install the process's tracer provider (idempotent). Spans are exported over OTLP
     (HTTP/protobuf) when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
     ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set (the exporter reads the standard
     ``OTEL_EXPORTER_OTLP_*`` variables), printed with ``GANGPREEMPT_TRACE_CONSOLE=1``, and
     handed to ``processor`` when given; otherwise they only carry ids into logs and
-    headers."""
+    headers (``IdsOnlyProvider``). A processor given once the ids-only provider is
+    installed is an error: the process's provider cannot be replaced."""
     global _provider
     if _provider is not None:
         if processor is not None:
+            if not isinstance(_provider, TracerProvider):
+                raise RuntimeError("tracing was set up without a processor: spans go nowhere")
             _provider.add_span_processor(processor)
         return _provider
+    otlp = any(os.environ.get(v) for v in OTLP_VARIABLES)
+    console = os.environ.get("GANGPREEMPT_TRACE_CONSOLE") == "1"
+    if processor is None and not otlp and not console:
+        ids_only = IdsOnlyProvider()
+        trace.set_tracer_provider(ids_only)
+        _provider = ids_only
+        return ids_only
     provider = TracerProvider(resource=Resource.create({"service.name": f"gangpreempt-{service}"}))
     if processor is not None:
         provider.add_span_processor(processor)
-    if any(os.environ.get(v) for v in OTLP_VARIABLES):
+    if otlp:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    if os.environ.get("GANGPREEMPT_TRACE_CONSOLE") == "1":
+    if console:
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
     trace.set_tracer_provider(provider)
     _provider = provider
@@ -50,7 +130,7 @@ def setup_tracing(service: str, processor: SpanProcessor | None = None) -> Trace
 
 
 def shutdown_tracing() -> None:
-    if _provider is not None:
+    if isinstance(_provider, TracerProvider):
         _provider.shutdown()
 
 
