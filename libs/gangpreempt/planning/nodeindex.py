@@ -55,6 +55,7 @@ class NodeIndex:
             cluster = NodeCluster(self.state)
             table = UnitTable(cluster, now)
             table.warm()
+            cluster.warm()
         self.cluster, self.table = cluster, table
         self.builds += 1
 
