@@ -62,9 +62,11 @@ def test_spans_carry_ids_only_when_they_go_nowhere() -> None:
     assert out["root_trace"] != 0
     assert out["child_trace"] == out["root_trace"]
     assert out["ids_differ"]
-    assert out["sampled"] and not out["recording"]
+    assert out["sampled"]
+    assert not out["recording"]
     assert out["remote_trace"] == out["root_trace"]  # continued from the headers
     assert out["other_trace"] not in (0, out["root_trace"])  # a new root, a new trace
-    assert out["traceparent"].startswith("00-") and out["traceparent"].endswith("-01")
+    assert out["traceparent"].startswith("00-")
+    assert out["traceparent"].endswith("-01")
     assert f"{out['root_trace']:032x}" in out["traceparent"]
     assert out["late_processor"] == "refused"
