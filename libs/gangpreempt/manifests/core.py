@@ -13,9 +13,10 @@ MINIMUM_PREEMPTABLE = TOLERATION_PREFIX + "minimum-preemptable-priority"
 TOLERATION_SECONDS = TOLERATION_PREFIX + "toleration-seconds"
 
 
-def _toleration(obj: Fields, warn: Callable[[str], None]) -> tuple[int | None, int | None]:
-    """The Preemption Toleration policy of a PriorityClass: (minimum preemptable priority,
-    toleration seconds). A value that is not an integer makes the policy unreadable,
+def toleration(obj: Fields, warn: Callable[[str], None]) -> tuple[int | None, int | None]:
+    """The Preemption Toleration policy of a PriorityClass (or a WorkloadPriorityClass, or
+    a ClusterQueue's default, read the same): (minimum preemptable priority, toleration
+    seconds). A value that is not an integer makes the policy unreadable,
     which the plugin takes as no toleration at all: so is it here, with a warning naming
     the object and the annotation (one typo on a live cluster stops nothing else)."""
     annotations = obj.map_or_empty("metadata").map_or_empty("annotations")
@@ -34,7 +35,7 @@ def priority_class(
     value = obj.integer("value")
     if value is None:
         obj.fail("value", "required field is missing")
-    minimum, seconds = _toleration(obj, warn or (lambda _message: None))
+    minimum, seconds = toleration(obj, warn or (lambda _message: None))
     return PriorityClass(
         name=name,
         value=value,
@@ -47,4 +48,4 @@ def priority_class(
     )
 
 
-__all__ = ["priority_class"]
+__all__ = ["MINIMUM_PREEMPTABLE", "TOLERATION_SECONDS", "priority_class", "toleration"]

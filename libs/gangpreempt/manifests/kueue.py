@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
+from gangpreempt.manifests.core import toleration
 from gangpreempt.manifests.fields import Fields, describe, join
 from gangpreempt.manifests.kueueconfig import fair_weight
 from gangpreempt.manifests.nodes import label_selector
@@ -213,8 +215,16 @@ def _check_states(status: Fields) -> tuple[CheckState, ...]:
     )
 
 
-def cluster_queue(name: str, spec: Fields, meta: Fields | None = None) -> ClusterQueue:
+def cluster_queue(
+    name: str,
+    spec: Fields,
+    meta: Fields | None = None,
+    tolerating: tuple[int | None, int | None] = (None, None),
+) -> ClusterQueue:
+    """``tolerating``: the preemption-toleration annotations of the object
+    (``core.toleration``), the default minimum runtime of its workloads."""
     cohort = spec.opt_text("cohortName") or spec.opt_text("cohort")
+    minimum, seconds = tolerating
     return ClusterQueue(
         name=name,
         cohort=cohort,
@@ -233,6 +243,8 @@ def cluster_queue(name: str, spec: Fields, meta: Fields | None = None) -> Cluste
         ),
         admission_checks=_check_names(spec),
         annotated_preemption=_annotated_preemption(meta),
+        minimum_preemptable_priority=minimum,
+        toleration_seconds=seconds,
     )
 
 
@@ -254,11 +266,16 @@ def local_queue(namespace: str, name: str, spec: Fields) -> LocalQueue:
     )
 
 
-def workload_priority_class(name: str, obj: Fields) -> WorkloadPriorityClass:
+def workload_priority_class(
+    name: str, obj: Fields, warn: Callable[[str], None] | None = None
+) -> WorkloadPriorityClass:
     value = obj.integer("value")
     if value is None:
         obj.fail("value", "required field is missing")
-    return WorkloadPriorityClass(name=name, value=value)
+    minimum, seconds = toleration(obj, warn or (lambda _message: None))
+    return WorkloadPriorityClass(
+        name=name, value=value, minimum_preemptable_priority=minimum, toleration_seconds=seconds
+    )
 
 
 def _priority_class_ref(spec: Fields) -> PriorityClassRef | None:

@@ -352,7 +352,8 @@ class _Reader:
             return
         if api_version in KUEUE_VERSIONS:
             if kind == "ClusterQueue":
-                cq = kueue.cluster_queue(name, spec, meta)
+                tolerating = core.toleration(top, self.warnings.append)
+                cq = kueue.cluster_queue(name, spec, meta, tolerating)
                 self._put(st.cluster_queues, name, cq, where)
                 return
             if kind == "AdmissionCheck":
@@ -371,7 +372,7 @@ class _Reader:
                 self._put(st.local_queues, lq.key, lq, where)
                 return
             if kind == "WorkloadPriorityClass":
-                wpc = kueue.workload_priority_class(name, top)
+                wpc = kueue.workload_priority_class(name, top, self.warnings.append)
                 self._put(st.workload_priority_classes, name, wpc, where)
                 return
             if kind == "Workload":

@@ -78,6 +78,10 @@ class ClusterQueue(msgspec.Struct, frozen=True):
     admission_checks: tuple[str, ...] = ()
     # The policy written in the ``gangpreempt.io/preemption`` annotation, if any.
     annotated_preemption: Preemption | None = None
+    # A minimum runtime for the workloads admitted here whose priority class sets none:
+    # the preemption-toleration annotations on the ClusterQueue (None when absent).
+    minimum_preemptable_priority: Priority | None = None
+    toleration_seconds: int | None = None
     # Joined when the objects are read: the name of gangpreempt's AdmissionCheck the
     # queue lists ("" when none: Kueue decides its workloads alone), and why gangpreempt
     # does not preempt for it when Kueue's own stanza would too.
@@ -125,6 +129,10 @@ class LocalQueue(msgspec.Struct, frozen=True):
 class WorkloadPriorityClass(msgspec.Struct, frozen=True):
     name: str
     value: Priority
+    # Preemption toleration (the scheduler-plugins annotations, read on Kueue's class too):
+    # None when the annotation is absent.
+    minimum_preemptable_priority: Priority | None = None
+    toleration_seconds: int | None = None
 
 
 class PriorityClass(msgspec.Struct, frozen=True):

@@ -24,6 +24,7 @@ from gangpreempt.preemption.candidates import Classifier, Request
 from gangpreempt.preemption.capacity import GangCapacity
 from gangpreempt.preemption.jobquota import quota_of
 from gangpreempt.preemption.units import Unit, tolerates
+from gangpreempt.quota import toleration
 from gangpreempt.quota.modes import Mode
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import AdmittedWorkload, Snapshot
@@ -412,10 +413,16 @@ def _quota_rule_of(
         return PROMISED, "it is already being evicted"
     if d.outcome == ADMIT:
         return FITS, "the preemptor fits in its quota as things are"
+    same = aw.cq == req.cq.name
+    if (
+        (same or aw.cq in tree)
+        and aw.tolerance is not None
+        and toleration.tolerates(aw.tolerance, req.preemptor.priority, req.preemptor.now_ts)
+    ):
+        return TOLERATED, toleration.describe(aw.tolerance)
     if d.outcome == PENDING:
         return NO_USE, f"the preemptor waits whatever is preempted: {d.message}"
     policy = req.cq.spec.preemption
-    same = aw.cq == req.cq.name
     if not same and aw.cq not in tree:
         return OUTSIDE_COHORT, f"its ClusterQueue {aw.cq} is not in {req.cq.name}'s cohort"
     rule = policy.within_cluster_queue if same else policy.reclaim_within_cohort

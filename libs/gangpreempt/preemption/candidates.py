@@ -24,6 +24,7 @@ from enum import IntEnum
 from gangpreempt.model.queues import ANY, LOWER_OR_NEWER_EQUAL_PRIORITY, LOWER_PRIORITY, NEVER
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import AdmittedWorkload, ClusterQueueState, Snapshot
+from gangpreempt.quota.toleration import tolerates
 from gangpreempt.quota.tree import (
     FR,
     Node,
@@ -124,6 +125,8 @@ class Classifier:
     def satisfies_policy(self, aw: AdmittedWorkload, policy: str) -> bool:
         if aw.preempted_ts >= self.guard_from and not aw.evicting:
             return False  # re-admitted after a preemption within the hour
+        if aw.tolerance is not None and tolerates(aw.tolerance, self.priority, self.now_ts):
+            return False  # inside its minimum runtime (``quota.toleration``)
         if policy == LOWER_PRIORITY:
             return aw.priority < self.priority
         if policy == LOWER_OR_NEWER_EQUAL_PRIORITY:

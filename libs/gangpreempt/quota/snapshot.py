@@ -18,6 +18,7 @@ from datetime import datetime
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.queues import ClusterQueue, ResourceFlavor
 from gangpreempt.model.workloads import Workload
+from gangpreempt.quota.toleration import Tolerance, tolerance
 from gangpreempt.quota.tree import (
     FR,
     Node,
@@ -51,6 +52,7 @@ class AdmittedWorkload:
         "queue_order_ts",
         "ref",
         "reserved_ts",
+        "tolerance",
         "uid",
         "usage",
         "workload",
@@ -78,6 +80,8 @@ class AdmittedWorkload:
         # Set by ``Snapshot.admit_workload``: ``workload`` (immutable) holds quota, so it
         # is not pending.
         self.holds_quota = False
+        # Its minimum runtime (``quota.toleration``), set by ``Snapshot.admit_workload``.
+        self.tolerance: Tolerance | None = None
 
     def shape(self) -> tuple[tuple[FR, int], ...]:
         """Its usage as a sorted tuple (workloads of one shape weigh alike in a search)."""
@@ -366,6 +370,7 @@ class Snapshot:
         if cq in self.cqs:
             aw = AdmittedWorkload(wl, cq, self.state.priority_of(wl), admitted_usage(wl), self.now)
             aw.holds_quota = True
+            aw.tolerance = tolerance(self.state, wl, cq, aw.priority, aw.reserved_ts)
             self.admit(aw)
 
     def pending_workloads(self) -> list[Workload]:
