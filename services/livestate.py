@@ -54,7 +54,10 @@ class LiveState:
         state (nothing awaits in between, so no change can slip in)."""
         await self.replica.start()
         await self.replica.caught_up(timeout=30)
-        self.ledger = Ledger(self.replica.state, self.ctx.now())
+        cost = self.ctx.settings.victim_cost
+        self.ledger = Ledger(
+            self.replica.state, self.ctx.now(), "" if cost == "kueue-order" else cost
+        )
         # Not again if the starting state's completion built it (kept current since):
         # at 20,000 nodes a build holds the loop for seconds. Without success it is built
         # again at the first decision, which says why not.

@@ -71,6 +71,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # waiting for Kueue to reserve it (reservations Kueue makes for others there are sent
     # back at once); then others may take it.
     hold_timeout: float = 120.0
+    # quota and victims: Kueue's candidates of one priority in Kueue's order, or least
+    # lost work first (``plan --victim-cost``)
+    victim_cost: str = "kueue-order"  # kueue-order | lost-gpu-hours
     # quota: namespaces no victim is ever taken from, whatever a proposal says
     # (comma-separated; planning/legitimacy.py)
     protected_namespaces: str = "kube-system,gangpreempt"
@@ -125,6 +128,7 @@ _CHOICES = {
     "source": ("manifests", "kubernetes"),
     "pod_eviction": ("eviction", "delete", "soft-eviction"),
     "log_level": ("debug", "info", "warning", "error"),
+    "victim_cost": ("kueue-order", "lost-gpu-hours"),
 }
 
 

@@ -254,7 +254,13 @@ class Victims:
             return ExplainReply(error="give a plan id or a workload")
         try:
             with metrics.core_call("explain"):
-                found_now = explain(self.replica.state, self.ctx.now(), workload)
+                cost = self.ctx.settings.victim_cost
+                found_now = explain(
+                    self.replica.state,
+                    self.ctx.now(),
+                    workload,
+                    victim_cost="" if cost == "kueue-order" else cost,
+                )
         except InvalidInput as exc:
             return msgspec.structs.replace(known, error=str(exc))
         return msgspec.structs.replace(known, explanation=found_now)

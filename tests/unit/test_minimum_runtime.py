@@ -203,3 +203,12 @@ def test_never_a_victim_inside_its_minimum_runtime(
         started = T0 + timedelta(minutes=at)
         inside = hours < 0 or (hours > 0 and now < started + timedelta(hours=hours))
         assert not (inside and priority * 100 < minimum * 100), (v.object, victims, priority)
+
+
+def test_explain_says_which_order_took_the_candidates() -> None:
+    st_, _ = cluster(seconds=0)
+    st_.workloads["default/in"] = pending("in", "q", {"cpu": 4000}, 500)
+    assert explain(st_, NOW, "Workload/default/in").victim_cost == "kueue-order"
+    found = explain(st_, NOW, "Workload/default/in", victim_cost="lost-gpu-hours")
+    assert found.victim_cost == "lost-gpu-hours"
+    assert [v.object for v in found.victims] == ["Workload/default/v"]

@@ -253,6 +253,7 @@ def plan(
 )
 @click.option("--nats-url", help="With --plan or --shadow: NATS server URL [GANGPREEMPT_NATS_URL].")
 @click.option("--prefix", help="With --plan or --shadow: subject prefix [GANGPREEMPT_PREFIX].")
+@victim_cost_option
 def explain(
     paths: tuple[str, ...],
     workload: str | None,
@@ -267,6 +268,7 @@ def explain(
     shadow: bool,
     nats_url: str | None,
     prefix: str | None,
+    victim_cost: str,
 ) -> None:
     """Why a decision is what it is: every running workload, victim or not, with the rule
     that decided it; and for a pending one, what it waits for.
@@ -293,10 +295,13 @@ def explain(
         with _settled():
             loaded = _read_input(paths, kubeconfig, kube_context, output, strict)
         with paused(), _progress(output, "deciding"):
+            cost = core_victim_cost(victim_cost)
             refs = (
                 [workload]
                 if workload
-                else [d.preemptor for d in make_plan(loaded.state, clock).decisions]
+                else [
+                    d.preemptor for d in make_plan(loaded.state, clock, victim_cost=cost).decisions
+                ]
             )
             found = [
                 explain_one(
@@ -305,6 +310,7 @@ def explain(
                     ref,
                     priority_search=priority_search,
                     rescheduling=gang_reprieve == "rescheduling",
+                    victim_cost=cost,
                 )
                 for ref in refs
             ]

@@ -69,6 +69,9 @@ class Explanation(msgspec.Struct, frozen=True):
     others: list[Verdict]
     waiting: list[str]  # why it is pending, line by line (empty unless Pending)
     priority_ceiling: int | None = None  # the binary search's result (gangs)
+    # The order of Kueue's candidates of one priority (quota level): Kueue's, or least
+    # lost work first; None on the nodes, where it does not apply.
+    victim_cost: str | None = None
 
 
 def explain(
@@ -78,9 +81,11 @@ def explain(
     priority_search: bool = True,
     rescheduling: bool = False,
     excluded: Iterable[str] = (),
+    victim_cost: str = "",
 ) -> Explanation:
     """Explain the decision ``plan`` makes for ``workload`` (evaluated alone, as the head
-    of its queue); ``excluded`` as for ``plan``: victims promised to other plans."""
+    of its queue); ``excluded`` and ``victim_cost`` as for ``plan``: victims promised to
+    other plans, and the order of Kueue's candidates of one priority."""
     excluded = list(excluded)
     decided = plan(
         state,
@@ -89,11 +94,12 @@ def explain(
         excluded,
         priority_search=priority_search,
         rescheduling=rescheduling,
+        victim_cost=victim_cost,
     )
     d = decided.decisions[0]
     if is_node_level(state, d.preemptor):
         return _nodes(state, now, d, priority_search, rescheduling, excluded)
-    return _quota(state, now, d, excluded)
+    return _quota(state, now, d, excluded, victim_cost)
 
 
 # -- on the nodes -------------------------------------------------------------------------
@@ -309,10 +315,13 @@ def _node_waiting(planner: NodePlanner, pre: Preemptor, d: Decision) -> list[str
 # -- quota (Kueue) ----------------------------------------------------------------------
 
 
-def _quota(state: ClusterState, now: datetime, d: Decision, excluded: list[str]) -> Explanation:
+def _quota(
+    state: ClusterState, now: datetime, d: Decision, excluded: list[str], victim_cost: str = ""
+) -> Explanation:
     _kind, namespace, name = parse_object_ref(d.preemptor)
     wl = state.workloads[f"{namespace}/{name}"]
     snapshot = Snapshot.build(state, now)
+    snapshot.victim_cost = victim_cost
     promised = set(promised_refs(excluded))
     for key in excluded:
         snapshot.pin(key)
@@ -324,7 +333,16 @@ def _quota(state: ClusterState, now: datetime, d: Decision, excluded: list[str])
         waiting = [d.message]
         for aw in _admitted(snapshot):
             others.append(Verdict(aw.ref, aw.priority, NO_USE, d.message, aw.cq))
-        return Explanation(d.preemptor, pending.priority, d.outcome, d.message, [], others, waiting)
+        return Explanation(
+            d.preemptor,
+            pending.priority,
+            d.outcome,
+            d.message,
+            [],
+            others,
+            waiting,
+            victim_cost=victim_cost or "kueue-order",
+        )
     with snapshot.scratch():
         ev = evaluate(snapshot, pending)
         cq = ev.cq
@@ -365,7 +383,14 @@ def _quota(state: ClusterState, now: datetime, d: Decision, excluded: list[str])
             )
             victims.append(Verdict(v.object, v.priority, VICTIM, why, v.queue))
     return Explanation(
-        d.preemptor, pending.priority, d.outcome, d.message, victims, others, waiting
+        d.preemptor,
+        pending.priority,
+        d.outcome,
+        d.message,
+        victims,
+        others,
+        waiting,
+        victim_cost=victim_cost or "kueue-order",
     )
 
 
@@ -487,6 +512,8 @@ def explanation_lines(e: Explanation) -> Iterable[str]:
     yield f"{e.preemptor} (priority {e.priority}): {e.outcome}. {e.message}"
     if e.priority_ceiling is not None:
         yield f"priority ceiling of the victims: {e.priority_ceiling}"
+    if e.victim_cost is not None:
+        yield f"candidates of one priority: {e.victim_cost}"
     for v in e.victims:
         yield f"  victim {v.object} (priority {v.priority}): {v.why}"
     for v in e.others:

@@ -38,9 +38,12 @@ class _Hold(msgspec.Struct):
 
 
 class Ledger:
-    def __init__(self, state: ClusterState, now: datetime) -> None:
+    def __init__(self, state: ClusterState, now: datetime, victim_cost: str = "") -> None:
+        """``victim_cost``: the snapshot's (``Snapshot.victim_cost``), kept across rebuilds."""
         self.state = state
+        self.victim_cost = victim_cost
         self.snapshot = Snapshot.build(state, now)
+        self.snapshot.victim_cost = victim_cost
         self.stale = False
         self.holds: dict[str, _Hold] = {}
         self.held_victims: dict[str, str] = {}  # victim key -> plan id
@@ -120,6 +123,7 @@ class Ledger:
     def current(self, now: datetime) -> Snapshot:
         if self.stale:
             self.snapshot = Snapshot.build(self.state, now)
+            self.snapshot.victim_cost = self.victim_cost
             self.stale = False
             plans = [h.plan for h in self.holds.values()]
             self.holds.clear()

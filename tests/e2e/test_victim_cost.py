@@ -1,0 +1,57 @@
+"""The victim-cost setting through the services (issue 27): with ``lost-gpu-hours`` the
+plan takes the candidate that loses least work (its last checkpoint the most recent),
+where Kueue's order takes the most recently admitted; ``explain`` says which order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+
+from gangpreempt import events
+from gangpreempt.bus import Topology
+from tests.e2e.harness import Services, assert_saga, of, saga_of, wait_for
+from tests.e2e.scenarios import ADMITTED, CLUSTER, PENDING
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+GANG = "Workload/ml/gang"
+
+
+def checkpointed(text: str, at: str) -> str:
+    """The admitted workload of ``text`` with its last checkpoint at ``at``."""
+    return text.replace(
+        'creationTimestamp: "2026-01-01T00:00:00Z"}',
+        f'creationTimestamp: "2026-01-01T00:00:00Z", '
+        f'annotations: {{gangpreempt.io/last-checkpoint: "{at}"}}}}',
+    )
+
+
+@pytest.mark.parametrize(
+    ("cost", "victim"),
+    [("kueue-order", "Workload/ml/low-2"), ("lost-gpu-hours", "Workload/ml/low-1")],
+)
+async def test_the_setting_chooses_the_victim_that_loses_least(
+    nc: Client, topology: Topology, services: Services, scenario_dir: Path, cost: str, victim: str
+) -> None:
+    # low-1 admitted first but checkpointed since; low-2 admitted last, never checkpointed
+    text = CLUSTER
+    text += checkpointed(
+        ADMITTED.format(name="low-1", minute=0, priority=100, cpus=4), "2026-06-01T00:00:00Z"
+    )
+    text += ADMITTED.format(name="low-2", minute=10, priority=100, cpus=4)
+    (scenario_dir / "cluster.yaml").write_text(text)
+    (scenario_dir / "gang.yaml").write_text(
+        PENDING.format(name="gang", minute=0, priority=1000, cpus=4)
+    )
+    (scenario_dir / "timeline.yaml").write_text("- at: 0.5\n  apply: gang.yaml\n")
+    services.start(extra={"GANGPREEMPT_VICTIM_COST": cost})
+    evs = await wait_for(
+        nc,
+        topology,
+        lambda e: bool(of(e, events.Admitted, workload=GANG)),
+        what="the gang admitted",
+    )
+    assert_saga(saga_of(evs, GANG))
+    (proposal,) = of(evs, events.PlanProposed, preemptor=GANG)
+    assert [v.object for v in proposal.victims] == [victim]
