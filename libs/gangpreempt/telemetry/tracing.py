@@ -5,7 +5,6 @@ spans named after the messaging conventions (``publish <subject>``, ``process
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -22,6 +21,7 @@ OTLP_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDP
 MESSAGING_SYSTEM = "nats"
 
 _provider: TracerProvider | IdsOnlyProvider | None = None
+_tracer: trace.Tracer | None = None  # the installed provider's
 
 
 class IdsOnlyTracer(trace.Tracer):
@@ -99,33 +99,37 @@ def setup_tracing(
     ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set (the exporter reads the standard
     ``OTEL_EXPORTER_OTLP_*`` variables), printed with ``GANGPREEMPT_TRACE_CONSOLE=1``, and
     handed to ``processor`` when given; otherwise they only carry ids into logs and
-    headers (``IdsOnlyProvider``). A processor given once the ids-only provider is
-    installed is an error: the process's provider cannot be replaced."""
-    global _provider
+    headers (``IdsOnlyProvider``). A processor given once the ids-only provider is in
+    place gets an SDK provider in its stead (``tracer`` hands out its tracer from then
+    on; OpenTelemetry's global provider stays the first one)."""
+    global _provider, _tracer
     if _provider is not None:
-        if processor is not None:
-            if not isinstance(_provider, TracerProvider):
-                raise RuntimeError("tracing was set up without a processor: spans go nowhere")
+        if processor is None:
+            return _provider
+        if isinstance(_provider, TracerProvider):
             _provider.add_span_processor(processor)
-        return _provider
+            return _provider
     otlp = any(os.environ.get(v) for v in OTLP_VARIABLES)
     console = os.environ.get("GANGPREEMPT_TRACE_CONSOLE") == "1"
+    provider: TracerProvider | IdsOnlyProvider
     if processor is None and not otlp and not console:
-        ids_only = IdsOnlyProvider()
-        trace.set_tracer_provider(ids_only)
-        _provider = ids_only
-        return ids_only
-    provider = TracerProvider(resource=Resource.create({"service.name": f"gangpreempt-{service}"}))
-    if processor is not None:
-        provider.add_span_processor(processor)
-    if otlp:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        provider = IdsOnlyProvider()
+    else:
+        provider = TracerProvider(
+            resource=Resource.create({"service.name": f"gangpreempt-{service}"})
+        )
+        if processor is not None:
+            provider.add_span_processor(processor)
+        if otlp:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    if console:
-        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
-    trace.set_tracer_provider(provider)
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        if console:
+            provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    if _provider is None:
+        trace.set_tracer_provider(provider)
     _provider = provider
+    _tracer = provider.get_tracer(TRACER)
     return provider
 
 
@@ -134,10 +138,9 @@ def shutdown_tracing() -> None:
         _provider.shutdown()
 
 
-@functools.cache
 def tracer() -> trace.Tracer:
-    """The project's tracer (a proxy until a provider is installed, then the real one)."""
-    return trace.get_tracer(TRACER)
+    """The project's tracer: the installed provider's, else OpenTelemetry's proxy."""
+    return _tracer if _tracer is not None else trace.get_tracer(TRACER)
 
 
 def inject(headers: dict[str, str]) -> dict[str, str]:
