@@ -155,7 +155,9 @@ class Driver:
             if missing:
                 return f"plan does not cover pod sets {', '.join(missing)}"
         index = self.replica.pods
-        wrong = illegitimate(state, p, self.protected, node_level=node_level, index=index)
+        wrong = illegitimate(
+            state, p, self.protected, node_level=node_level, index=index, now=self.now()
+        )
         if wrong is not None:
             return refused(wrong)
         if p.placement:

@@ -65,14 +65,15 @@ class NodeBook:
         p: events.PlanProposed,
         protected: Collection[str],
         index: PodIndex | None = None,
+        now: datetime | None = None,
     ) -> str | None:
         """Why the proposed node-level plan must be rejected, or None (``index``: the
-        state's pods by node and gang)."""
+        state's pods by node and gang; ``now``: for the victims' minimum runtimes)."""
         victims = [NodeVictim(v.object, v.uid, v.pods, v.pod_uids) for v in p.victims]
         claimed = self.claimed(p.plan_id)
         return (
             node_rejection(state, p.plan_id, p.preemptor, victims, p.placement, claimed, index)
-            or illegitimate(state, p, protected, node_level=True, index=index)
+            or illegitimate(state, p, protected, node_level=True, index=index, now=now)
             or room_gap(state, p.placement, (ref for v in victims for ref in v.pods), index)
         )
 
@@ -82,16 +83,17 @@ class NodeBook:
         p: events.PlanProposed,
         protected: Collection[str],
         index: PodIndex | None = None,
+        now: datetime | None = None,
     ) -> str | None:
-        """A Kueue plan: its victims legitimate; when its workload's pods are known, its
-        node victims (and the pods of its Workload victims) still there and the placed
-        pods fitting their nodes with them gone."""
+        """A Kueue plan: its victims legitimate (minimum runtimes at ``now``); when its
+        workload's pods are known, its node victims (and the pods of its Workload
+        victims) still there and the placed pods fitting their nodes with them gone."""
         victims = [NodeVictim(v.object, "", v.pods, v.pod_uids) for v in p.victims if v.pods]
         if p.placement:
             stale = victim_rejection(state, p.plan_id, victims, self.claimed(p.plan_id))
             if stale is not None:
                 return stale
-        return illegitimate(state, p, protected, node_level=False, index=index) or (
+        return illegitimate(state, p, protected, node_level=False, index=index, now=now) or (
             room_gap(state, p.placement, (ref for v in victims for ref in v.pods), index)
             if p.placement
             else None

@@ -648,7 +648,7 @@ class Quota:
         state = self.replica.state
         index = self.replica.pods
         if is_node_ref(rec.flight):
-            return self.nodes.check(state, p, self.protected, index)
+            return self.nodes.check(state, p, self.protected, index, self.ctx.now())
         assert self.live.ledger is not None
         plan = PlanInFlight(
             plan_id=p.plan_id,
@@ -663,7 +663,7 @@ class Quota:
             p.preemptor_uid,
             {key_of(v.object): v.uid for v in p.victims},
             self.live.ledger.held_victims,
-        ) or self.nodes.check_kueue(state, p, self.protected, index)
+        ) or self.nodes.check_kueue(state, p, self.protected, index, self.ctx.now())
 
     async def buckets(self) -> tuple[Any, Any]:
         ctx = self.ctx

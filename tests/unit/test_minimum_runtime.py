@@ -212,3 +212,27 @@ def test_explain_says_which_order_took_the_candidates() -> None:
     found = explain(st_, NOW, "Workload/default/in", victim_cost="lost-gpu-hours")
     assert found.victim_cost == "lost-gpu-hours"
     assert [v.object for v in found.victims] == ["Workload/default/v"]
+
+
+def test_quota_refuses_a_proposal_that_takes_a_victim_inside_its_minimum_runtime() -> None:
+    from gangpreempt import events
+    from gangpreempt.planning.legitimacy import MINIMUM_RUNTIME, illegitimate
+    from tests.validating import proposal
+
+    st_, _ = cluster()
+    st_.workloads["default/in"] = pending("in", "q", {"cpu": 4000}, 500)
+    victim = events.PlannedVictim(
+        object="Workload/default/v",
+        uid="",
+        resource_version="",
+        reason="InClusterQueue",
+        cluster_queue="q",
+        priority=0,
+    )
+    forged = proposal("Workload/default/in", (victim,), {}, "q")
+    refused = illegitimate(st_, forged, now=NOW)
+    assert refused is not None
+    assert refused.rule == MINIMUM_RUNTIME
+    assert illegitimate(st_, forged, now=NOW + timedelta(hours=2)) is None  # window over
+    st_.workloads["default/in"] = pending("in", "q", {"cpu": 4000}, 1000)
+    assert illegitimate(st_, forged, now=NOW) is None  # the minimum may preempt

@@ -23,6 +23,9 @@ A victim is refused, whatever the rule (each refusal names its rule, the label o
 - ``outside-cohort``: a Kueue victim taken for quota outside the preemptor's ClusterQueue
   and cohort tree (Kueue never preempts outside it); ``wrong-cluster-queue``: the
   proposal names another ClusterQueue than the preemptor's;
+- ``minimum-runtime``: a Kueue victim inside its minimum runtime for the preemptor's
+  priority (``quota.toleration``; checked when the judge is given the time, as quota and
+  the actuator give it);
 - ``priority``: no rule below allows it; ``named-rule``: the rule the proposal names for
   it does not hold.
 
@@ -51,6 +54,7 @@ victim's preemption priority, as kube-scheduler compares them (KEP-5710)."""
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from datetime import datetime
 
 from gangpreempt import events
 from gangpreempt.errors import InvalidInput
@@ -67,6 +71,7 @@ from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.preemption.capacity import CapacityQuotas
 from gangpreempt.preemption.fair import IN_COHORT_FAIR_SHARING
 from gangpreempt.preemption.jobquota import koordinator_quotas
+from gangpreempt.quota import toleration
 
 SYSTEM_CRITICAL = 2_000_000_000
 SYSTEM_CLASSES = ("system-cluster-critical", "system-node-critical")  # built into the API
@@ -83,6 +88,7 @@ OUTSIDE_COHORT = "outside-cohort"
 WRONG_QUEUE = "wrong-cluster-queue"
 PRIORITY = "priority"
 NAMED_RULE = "named-rule"
+MINIMUM_RUNTIME = "minimum-runtime"  # a Kueue victim inside its window (quota.toleration)
 REFUSAL_RULES = (
     PROTECTED_NAMESPACE,
     CRITICAL,
@@ -93,6 +99,7 @@ REFUSAL_RULES = (
     WRONG_QUEUE,
     PRIORITY,
     NAMED_RULE,
+    MINIMUM_RUNTIME,
 )
 
 # The rules that allow a victim (named in the record).
@@ -226,8 +233,12 @@ class Judge:
         node_level: bool,
         protected: Collection[str] = PROTECTED_NAMESPACES,
         index: PodIndex | None = None,
+        now: datetime | None = None,
     ) -> None:
+        """``now``: when the plan is judged (a Kueue victim's minimum runtime is checked
+        only when it is given)."""
         self.state = state
+        self.now = now
         self.preemptor = preemptor
         self.node_level = node_level
         self.protected = protected
@@ -369,6 +380,10 @@ class Judge:
                 return Refusal(
                     NON_PREEMPTIBLE, f"victim pod {pod.ref} is labelled {PREEMPTIBLE_LABEL}=false"
                 )
+        if wl is not None and not self.node_level:
+            refused = self._minimum_runtime(v, wl)
+            if refused is not None:
+                return refused
         on_nodes = self.node_level or not workload
         if nodes and pods and on_nodes and not {pod.node_name for pod in pods} & set(nodes):
             where = ", ".join(sorted(nodes)[:3])
@@ -376,6 +391,22 @@ class Judge:
                 OFF_PLACEMENT, f"victim {v.object} has no pod on the plan's nodes ({where})"
             )
         return self._priority_refusal(v)
+
+    def _minimum_runtime(self, v: events.PlannedVictim, wl: Workload) -> Refusal | None:
+        """A Kueue victim inside its minimum runtime for this preemptor's priority."""
+        st, now = self.state, self.now
+        if now is None or self.priority is None or wl.admission is None:
+            return None
+        reserved = wl.quota_reserved_at or now
+        cq = wl.admission.cluster_queue
+        tol = toleration.tolerance(st, wl, cq, st.priority_of(wl), reserved.timestamp())
+        if tol is None or not toleration.tolerates(tol, self.priority, now.timestamp()):
+            return None
+        return Refusal(
+            MINIMUM_RUNTIME,
+            f"victim {v.object} is {toleration.describe(tol)}, and {self.preemptor}'s priority "
+            f"is {self.priority}",
+        )
 
     def _priority_refusal(self, v: events.PlannedVictim) -> Refusal | None:
         try:
@@ -410,6 +441,7 @@ def illegitimate(
     protected: Collection[str] = PROTECTED_NAMESPACES,
     node_level: bool | None = None,
     index: PodIndex | None = None,
+    now: datetime | None = None,
 ) -> Refusal | None:
     """Why one of the plan's victims may not be taken for its preemptor, or None.
     ``node_level``: the preemptor is decided on the nodes (derived from the state when
@@ -419,7 +451,7 @@ def illegitimate(
     if node_level is None:
         node_level = is_node_level(state, p.preemptor)
     try:
-        judge = Judge(state, p.preemptor, node_level, protected, index)
+        judge = Judge(state, p.preemptor, node_level, protected, index, now)
     except InvalidInput as exc:
         return Refusal(PRIORITY, f"preemptor {p.preemptor}: its priority cannot be resolved: {exc}")
     if judge.priority is None:
@@ -499,6 +531,7 @@ def protected_namespaces(text: str) -> tuple[str, ...]:
 
 __all__ = [
     "ALLOWING_RULES",
+    "MINIMUM_RUNTIME",
     "PROTECTED_NAMESPACES",
     "REFUSAL_RULES",
     "SYSTEM_CRITICAL",
