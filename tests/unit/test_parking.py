@@ -23,7 +23,7 @@ from gangpreempt.planning.quotacycle import cycle_decisions
 from gangpreempt.quota.ledger import Ledger
 from gangpreempt.simulation.replay import POLICIES, Replay, Settings
 from gangpreempt.simulation.trace import Job
-from gangpreempt.simulation.world import cluster_objects, job_objects
+from gangpreempt.simulation.world import KUEUE, cluster_objects, job_objects
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -82,14 +82,28 @@ def _outcome(d: Decision) -> tuple[str, str, list[str], dict[str, str]]:
     return d.preemptor, d.outcome, [v.object for v in d.victims], d.placement
 
 
+def _unconsidered(ds: list[Decision]) -> list[tuple[str, str, str]]:
+    """The Workloads not considered (never a head: not reached, unavailable), with their
+    queue and message, which parking must give exactly (a parked workload's standing
+    decision names its flavors). Pods (``pod-immediate``) name no flavors."""
+    return sorted(
+        (d.preemptor, d.queue, d.message)
+        for d in ds
+        if not d.flavors and d.preemptor.startswith("Workload/")
+    )
+
+
 def _same(a: list[Decision], b: list[Decision]) -> bool:
     """The same decisions, the Admits and Preempts in the same order (a Pending one's
     place among its Kueue cycle's heads depends on its borrowing, which a stand-in does
-    not compute; it changes nothing)."""
+    not compute; it changes nothing), the workloads not considered with the same
+    messages."""
     acting = [_outcome(d) for d in a if d.outcome != PENDING]
-    return acting == [_outcome(d) for d in b if d.outcome != PENDING] and sorted(
-        map(_outcome, a), key=repr
-    ) == sorted(map(_outcome, b), key=repr)
+    return (
+        acting == [_outcome(d) for d in b if d.outcome != PENDING]
+        and sorted(map(_outcome, a), key=repr) == sorted(map(_outcome, b), key=repr)
+        and _unconsidered(a) == _unconsidered(b)
+    )
 
 
 def _blocked_world() -> World:
@@ -169,6 +183,83 @@ def test_still_unfit_is_false_when_it_could_fit_or_preempt() -> None:
     assert not still_unfit(snapshot, small, cq, 100)
 
 
+def _queued_world() -> World:
+    """The cohort is full (a at its nominal quota with priority 100, b with priority
+    1000); five workloads of a (priority 100, 2 GPUs each) would have to borrow and may
+    preempt nothing: each a Preempt without victims, parked one behind the other."""
+    running = [_job("a1", "a", 100, 4), _job("b1", "b", 1000, 4)]
+    return World(running, [_job(f"w{i}", "a", 100, 2) for i in range(1, 6)])
+
+
+def test_stand_ins_behind_every_other_workload_are_left_out_of_the_pass() -> None:
+    world = _queued_world()
+    first = world.cycle()
+    assert all(first[f"w{i}"].mode == "Preempt" for i in range(1, 6))
+    assert {f"trace/w{i}" for i in range(1, 6)} <= world.parking.parked.keys()
+    snapshot = world.ledger.current(world.now)
+    stand_ins = world.parking.stand_ins(snapshot)
+    assert len(stand_ins) == 5
+    left_out = world.parking.leave_out(snapshot, stand_ins)
+    # the first stays in the pass (where it is decided tells where the others would be)
+    assert {k: [wl.key for wl in run] for k, run in left_out.items()} == {
+        "trace/w1": [f"trace/w{i}" for i in range(2, 6)]
+    }
+    stood = world.parking.stood_in
+    again = world.cycle()
+    assert world.parking.stood_in == stood + 5
+    assert all(again[f"w{i}"] == first[f"w{i}"] for i in range(1, 6))
+    # one arrives behind them: they are no longer behind every other workload
+    world.add(_job("w6", "a", 100, 2))
+    snapshot = world.ledger.current(world.now)
+    assert not world.parking.leave_out(snapshot, world.parking.stand_ins(snapshot))
+    world.cycle()
+
+
+def test_room_for_two_brings_back_two_of_the_queue() -> None:
+    world = _queued_world()
+    world.cycle()
+    world.finish("b1")  # 4 GPUs free: two of them fit by borrowing, in queue order
+    stood = world.parking.stood_in
+    after = world.cycle()
+    assert [after[f"w{i}"].outcome for i in range(1, 6)] == [ADMIT, ADMIT] + [PENDING] * 3
+    assert world.parking.stood_in == stood + 3
+    assert {f"trace/w{i}" for i in range(3, 6)} <= world.parking.parked.keys()
+
+
+def test_stand_ins_left_out_behind_a_preemptor_are_not_reached() -> None:
+    """A preemptor ahead of them blocks their queue: the pass without parking does not
+    reach them, and says so of each (the message of the first, kept in the pass)."""
+    world = _queued_world()
+    world.cycle()
+    world.add(_job("p", "a", 1000, 4))  # preempts a1 within a
+    after = world.cycle()
+    assert after["p"].outcome == "Preempt"
+    for i in range(1, 6):
+        assert after[f"w{i}"].message.startswith("waiting behind Workload/trace/p")
+
+
+def test_stand_ins_of_two_local_queues_are_all_read() -> None:
+    """What makes a workload unavailable is its LocalQueue's: the decision of the first
+    tells nothing of a stand-in of another LocalQueue."""
+    world = _queued_world()
+    other = {
+        "apiVersion": KUEUE,
+        "kind": "LocalQueue",
+        "metadata": {"namespace": "trace", "name": "a2"},
+        "spec": {"clusterQueue": "a"},
+    }
+    lq = load([], [other], "test", references=False).state.local_queues["trace/a2"]
+    world.change("LocalQueue", lq)
+    world.add(_job("v", "a2", 100, 2))  # behind w1..w5, of LocalQueue a2
+    first = world.cycle()
+    assert first["v"].mode == "Preempt"
+    snapshot = world.ledger.current(world.now)
+    stand_ins = world.parking.stand_ins(snapshot)
+    assert len(stand_ins) == 6
+    assert not world.parking.leave_out(snapshot, stand_ins)
+    world.cycle()
+
+
 # -- the replay with parking decides as the replay without it ----------------------------
 
 job_st = st.builds(
@@ -183,12 +274,12 @@ job_st = st.builds(
 
 
 @settings(
-    max_examples=25,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(
-    st.lists(job_st, min_size=4, max_size=24, unique_by=lambda j: j.job_id),
+    st.lists(job_st, min_size=4, max_size=40, unique_by=lambda j: j.job_id),
     st.sampled_from([p for p in POLICIES if p != "optimal-victims"]),
     st.sampled_from(["", "lost-gpu-hours"]),
 )

@@ -78,7 +78,7 @@ def _parked_pass(
     might not have been Pending at their turn (``Parking.refuted``: on the state at their
     Kueue cycle, with what the pass admitted before and the victims it freed), until
     none is left in doubt (each run brings one back at least; on the Philly trace's
-    week, 1.14 runs per cycle)."""
+    week, 1.03 runs per cycle)."""
     skip = waiting | first
     stand_ins = parking.stand_ins(snapshot, skip)
     passes = 0
@@ -104,15 +104,18 @@ def _pass_on(
     first: frozenset[str],
     observe: Callable[[Evaluation, Snapshot], None] | None,
 ) -> list[Decision]:
-    """The pass on the pending workloads (parked ones as stand-ins), the snapshot's state
-    put back afterwards."""
+    """The pass on the pending workloads (parked ones as stand-ins; those behind every
+    other workload of their queue but the first left out, their decisions filled in:
+    ``Parking.leave_out``), the snapshot's state put back afterwards."""
     state = snapshot.state
-    snapshot.state = parking.view(stand_ins)
+    left_out = parking.leave_out(snapshot, stand_ins)
+    snapshot.state = parking.view(stand_ins, left_out)
     try:
         with snapshot.scratch():
-            return admission_pass(snapshot, waiting, first, observe)
+            decisions = admission_pass(snapshot, waiting, first, observe)
     finally:
         snapshot.state = state
+    return parking.fill(decisions, stand_ins, left_out, first)
 
 
 __all__ = ["borrowing_queues", "cycle_decisions"]
