@@ -114,6 +114,9 @@ class Quota:
         self.instance = f"{os.getpid()}-{secrets.token_hex(3)}"
         self.holder = f"{os.uname().nodename}-{self.instance}"
         self.retry_due: float | None = None  # monotonic: a backoff ends, cycle then
+        # monotonic: a workload's minimum runtime ends (``quota.toleration``), cycle then:
+        # nothing else would bring back a preemptor it was spared from
+        self.wake_due: float | None = None
         self.confirmer: Confirmer | None = None
         self.consumer = ctx.decisions_consumer(self.on_event, concurrency=16)
         self.lease: Lease | None = None
@@ -249,7 +252,9 @@ class Quota:
                 return
             try:
                 await self.housekeeping()
-                due = self.retry_due is not None and time.monotonic() >= self.retry_due
+                due = any(
+                    t is not None and time.monotonic() >= t for t in (self.retry_due, self.wake_due)
+                )
                 if not (self.dirty.is_set() or due):
                     continue
                 self.busy = True
@@ -313,9 +318,10 @@ class Quota:
         await sub.unsubscribe()
 
     def tick(self) -> float:
-        if self.retry_due is None:
+        dues = [t for t in (self.retry_due, self.wake_due) if t is not None]
+        if not dues:
             return TICK_S
-        return max(0.0, min(TICK_S, self.retry_due - time.monotonic()))
+        return max(0.0, min(TICK_S, min(dues) - time.monotonic()))
 
     async def settle_burst(self) -> None:
         """Gather the changes of a burst before a cycle (``arrivals.py``). After any
@@ -513,6 +519,8 @@ class Quota:
             except InvalidInput as exc:  # e.g. a pod whose PriorityClass is not here yet
                 log.warning("node-level decisions skipped until the state changes", error=str(exc))
         self.retry_due = self.flights.next_retry()
+        ends = snapshot.next_tolerance_end(now.timestamp())
+        self.wake_due = None if ends is None else time.monotonic() + ends - now.timestamp()
         # One cycle's events and records go out together: their acknowledgements overlap.
         assert self.confirmer is not None
         creating = [

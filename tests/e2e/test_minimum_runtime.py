@@ -63,3 +63,37 @@ async def test_a_workload_inside_its_minimum_runtime_is_spared(
     assert [v.object for v in proposal.victims] == ["Workload/ml/low-1"]
     stats = await sim_stats(nc, topology)
     assert stats.evictions == {"Workload/ml/low-1": 1}
+
+
+async def test_a_preemption_held_back_by_a_minimum_runtime_goes_when_it_ends(
+    nc: Client, topology: Topology, services: Services, scenario_dir: Path
+) -> None:
+    """The ClusterQueue gives its workloads 4 s; low (admitted at start) is spared from
+    the gang until it has run them, and no state change announces that: quota looks
+    again when the window ends."""
+    queue = CLUSTER.replace(
+        "metadata: {name: research}",
+        "metadata:\n  name: research\n  annotations:\n"
+        '    preemption-toleration.scheduling.x-k8s.io/minimum-preemptable-priority: "5000"\n'
+        '    preemption-toleration.scheduling.x-k8s.io/toleration-seconds: "4"',
+    )
+    text = queue + ADMITTED.format(name="high", minute=0, priority=2000, cpus=4)
+    (scenario_dir / "cluster.yaml").write_text(
+        text + "---\n" + PENDING.format(name="low", minute=0, priority=100, cpus=4)
+    )
+    (scenario_dir / "gang.yaml").write_text(
+        PENDING.format(name="gang", minute=1, priority=1000, cpus=4)
+    )
+    (scenario_dir / "timeline.yaml").write_text("- at: 1.0\n  apply: gang.yaml\n")
+    services.start()
+    evs = await wait_for(
+        nc,
+        topology,
+        lambda e: bool(of(e, events.Admitted, workload=GANG)),
+        what="the gang admitted",
+    )
+    (low_in,) = of(evs, events.Admitted, workload="Workload/ml/low")
+    (requested,) = of(evs, events.PreemptionRequested, workload=GANG)
+    (proposal,) = of(evs, events.PlanProposed, preemptor=GANG)
+    assert [v.object for v in proposal.victims] == ["Workload/ml/low"]
+    assert (requested.occurred_at - low_in.occurred_at).total_seconds() >= 4.0

@@ -282,10 +282,21 @@ job_st = st.builds(
     st.lists(job_st, min_size=4, max_size=40, unique_by=lambda j: j.job_id),
     st.sampled_from([p for p in POLICIES if p != "optimal-victims"]),
     st.sampled_from(["", "lost-gpu-hours"]),
+    st.sampled_from([0.0, 0.0, 45.0]),  # a minimum runtime: windows end with no event
 )
-def test_parking_decides_as_no_parking(jobs: list[Job], policy: str, cost: str) -> None:
+def test_parking_decides_as_no_parking(
+    jobs: list[Job], policy: str, cost: str, min_runtime: float
+) -> None:
     jobs = sorted(jobs, key=lambda j: (j.submit_s, j.job_id))
-    s = Settings(2, 8, {"q1": 6, "q2": 6, "q3": 4}, T0, cycle_s=10, victim_cost=cost)
+    s = Settings(
+        2,
+        8,
+        {"q1": 6, "q2": 6, "q3": 4},
+        T0,
+        cycle_s=10,
+        victim_cost=cost,
+        min_runtime_s=min_runtime,
+    )
     runs = []
     for park in (True, False):
         sim = Replay(policy, jobs, s, park=park)

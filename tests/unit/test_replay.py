@@ -175,3 +175,22 @@ def test_jobs_are_the_objects_plan_reads() -> None:
     assert msgspec.structs.replace(wl, **strip) == read.workloads["trace/j1"]
     for pod in pods:
         assert msgspec.structs.replace(pod, **strip) == read.pods[pod.key]
+
+
+def test_a_minimum_runtime_holds_a_preemption_back_until_the_victim_has_run_it() -> None:
+    """One 8-GPU node; a low job runs, a high one arrives 100 s later. Without a minimum
+    runtime the low job is evicted at once; with 600 s it is evicted once it has run
+    600 s, and the high job waits that long."""
+    jobs = [Job("L", 0, 10**5, "q", 100, (8,)), Job("H", 100, 600, "q", 1000, (8,))]
+
+    def evictions(min_runtime_s: float) -> list[float]:
+        sim = Replay(
+            "gangpreempt",
+            jobs,
+            Settings(1, 8, {"q": 8}, T0, cycle_s=10, min_runtime_s=min_runtime_s),
+        )
+        return [at for at, job, _by in evicted(sim.run()) if job == "L"]
+
+    assert evictions(0) == [100]
+    (at,) = evictions(600)[:1]
+    assert 600 <= at <= 600 + 10  # the first cycle after its window ends

@@ -126,3 +126,26 @@ def test_bad_options_exit_2_and_say_why(args: list[str], says: str) -> None:
     assert out.returncode == 2
     assert says in out.stderr
     assert out.stdout == ""
+
+
+def test_a_minimum_runtime_is_read_and_changes_the_replay() -> None:
+    def run(*extra: str) -> dict[str, object]:
+        out = simulate(
+            "--window", "0:7200", "--nodes", "3", "--policy", "gangpreempt", "--no-plots",
+            "--optimum-sample", "0", "-o", "json", *extra,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        doc = json.loads(out.stdout)
+        assert isinstance(doc, dict)
+        return doc
+
+    plain, held = run(), run("--min-runtime", "1h")
+    assert plain["synthesized"]["min_runtime_s"] == 0  # type: ignore[index]
+    assert held["synthesized"]["min_runtime_s"] == 3600  # type: ignore[index]
+    before = plain["policies"][0]["outcomes"]  # type: ignore[index]
+    after = held["policies"][0]["outcomes"]  # type: ignore[index]
+    assert before["evictions"] > 0
+    assert (after["evictions"], after["lost_gpu_hours"]) != (
+        before["evictions"],
+        before["lost_gpu_hours"],
+    )

@@ -148,6 +148,7 @@ def print_table(result: SimulationResult) -> None:
         f"queues {syn['queues']}, checkpoint every {syn['checkpoint_interval_s']:.0f} s, "
         f"termination {syn['termination_delay_s']:.0f} s, cycle {syn['cycle_s']:.0f} s, "
         f"victim cost {syn['victim_cost']}"
+        + (f", minimum runtime {syn['min_runtime_s']:.0f} s" if syn.get("min_runtime_s") else "")
     )
     table = Table(show_lines=False)
     table.add_column("measure")
@@ -247,6 +248,14 @@ def _human(seconds: float) -> str:
 @click.option("--termination-delay", default="30s", show_default=True)
 @click.option("--cycle", default="10s", show_default=True, help="The admission cycle's period.")
 @click.option(
+    "--min-runtime",
+    default="0",
+    show_default=True,
+    help="Every ClusterQueue gives its workloads this minimum runtime against every "
+    "preemptor (the preemption-toleration annotations; 0: none). The Kueue policies read "
+    "it; pod-immediate does not.",
+)
+@click.option(
     "--policy",
     "policies",
     multiple=True,
@@ -285,6 +294,7 @@ def simulate_command(
     checkpoint_interval: str,
     termination_delay: str,
     cycle: str,
+    min_runtime: str,
     policies: tuple[str, ...],
     output: str,
     victim_cost: str,
@@ -314,6 +324,7 @@ def simulate_command(
             termination_delay_s=parse_duration("--termination-delay", termination_delay),
             cycle_s=parse_duration("--cycle", cycle),
             victim_cost=core_victim_cost(victim_cost),
+            min_runtime_s=parse_duration("--min-runtime", min_runtime),
         )
         if quotas is not None:
             missing = sorted({j.queue for j in replay.jobs} - set(quotas))
@@ -351,6 +362,7 @@ def simulate_command(
             "termination_delay_s": s.termination_delay_s,
             "cycle_s": s.cycle_s,
             "victim_cost": victim_cost,
+            "min_runtime_s": s.min_runtime_s,
         },
         policies=[r for r, _, _ in results],
         optimum=next((o for _, _, o in results if o is not None), None),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import math
 from collections.abc import Callable, Iterable, Iterator, KeysView
 from datetime import datetime
 
@@ -372,6 +373,17 @@ class Snapshot:
             aw.holds_quota = True
             aw.tolerance = tolerance(self.state, wl, cq, aw.priority, aw.reserved_ts)
             self.admit(aw)
+
+    def next_tolerance_end(self, now_ts: float) -> float | None:
+        """The earliest end of an admitted workload's minimum runtime after ``now_ts``
+        (``quota.toleration``; windows for good never end), or None: when a preemptor it
+        spared may take it, which no state change announces."""
+        ends = [
+            end
+            for aw in self.admitted.values()
+            if aw.tolerance is not None and now_ts < (end := aw.tolerance[1]) < math.inf
+        ]
+        return min(ends, default=None)
 
     def pending_workloads(self) -> list[Workload]:
         """The pending workloads of the state (``Workload.is_pending``), in the state's

@@ -107,6 +107,7 @@ def replay_input(
     termination_delay_s: float,
     cycle_s: float,
     victim_cost: str = "",
+    min_runtime_s: float = 0.0,
 ) -> ReplayInput:
     if gpus_per_node < 1:
         raise InvalidInput(f"--gpus-per-node {gpus_per_node}: expected at least 1")
@@ -144,6 +145,7 @@ def replay_input(
         termination_delay_s=termination_delay_s,
         cycle_s=cycle_s,
         victim_cost=victim_cost,
+        min_runtime_s=min_runtime_s,
     )
     return ReplayInput(jobs, settings, (start, end), sized, round(load_gpus, 1))
 

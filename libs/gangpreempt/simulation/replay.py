@@ -77,7 +77,7 @@ OPTIMAL_VICTIMS = "optimal-victims"
 POLICIES = (GANGPREEMPT, POD_IMMEDIATE, GANG_UNCONFIRMED, NO_PREEMPTION, OPTIMAL_VICTIMS)
 
 # event kinds, in the order they are taken at the same instant
-_GONE, _FINISH, _ARRIVE = 0, 1, 2
+_GONE, _FINISH, _ARRIVE, _WAKE = 0, 1, 2, 3  # _WAKE: a minimum runtime ends (a cycle then)
 
 
 class Settings(msgspec.Struct, frozen=True):
@@ -89,6 +89,7 @@ class Settings(msgspec.Struct, frozen=True):
     termination_delay_s: float = 30.0
     cycle_s: float = 10.0
     victim_cost: str = ""  # "" (Kueue's order) or "lost-gpu-hours" (gangpreempt's opt-in)
+    min_runtime_s: float = 0.0  # a minimum runtime every ClusterQueue gives (0: none)
 
 
 class Stats(msgspec.Struct):
@@ -121,6 +122,7 @@ class Replay:
             settings.nodes,
             settings.gpus_per_node,
             preemption=policy != NO_PREEMPTION,
+            min_runtime_s=settings.min_runtime_s,
         )
         self.state: ClusterState = load([], objects, "replay").state
         self.origin = settings.origin
@@ -235,6 +237,9 @@ class Replay:
         self.log.append(Record(at, STARTED, job, gpus=self.jobs[job].gpus))
         objs = self.objects[job]
         self._push(at + self.remaining[job], _FINISH, job, objs.incarnation)
+        if self.settings.min_runtime_s > 0:
+            # nothing in the state changes when its window ends: a cycle must look then
+            self._push(at + self.settings.min_runtime_s, _WAKE, job, objs.incarnation)
 
     def _finish(self, at: float, job: str) -> None:
         self.running_since.pop(job, None)

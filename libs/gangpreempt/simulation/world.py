@@ -13,10 +13,12 @@ replay's state comes through the same reader as ``plan``'s and the services'):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from gangpreempt.manifests.core import MINIMUM_PREEMPTABLE, TOLERATION_SECONDS
 from gangpreempt.model.pods import KUEUE_WORKLOAD_ANNOTATION
 from gangpreempt.model.workloads import CHECKPOINT_INTERVAL_ANNOTATION
 from gangpreempt.simulation.trace import Job
@@ -29,10 +31,17 @@ KUEUE = "kueue.x-k8s.io/v1beta2"
 
 
 def cluster_objects(
-    quotas: Mapping[str, int], nodes: int, gpus_per_node: int, preemption: bool = True
+    quotas: Mapping[str, int],
+    nodes: int,
+    gpus_per_node: int,
+    preemption: bool = True,
+    min_runtime_s: float = 0.0,
 ) -> list[dict[str, Any]]:
     """The cluster before any job: flavor, ClusterQueues, LocalQueues, Nodes.
-    ``preemption`` off: every ClusterQueue's preemption policies are ``Never``."""
+    ``preemption`` off: every ClusterQueue's preemption policies are ``Never``.
+    ``min_runtime_s``: every ClusterQueue gives its workloads that minimum runtime
+    against every preemptor (the preemption-toleration annotations, ``quota.toleration``;
+    0: none)."""
     policy = (
         {
             "reclaimWithinCohort": "Any",
@@ -51,7 +60,7 @@ def cluster_objects(
             {
                 "apiVersion": KUEUE,
                 "kind": "ClusterQueue",
-                "metadata": {"name": queue},
+                "metadata": {"name": queue, **_minimum_runtime(min_runtime_s)},
                 "spec": {
                     "cohortName": COHORT,
                     "namespaceSelector": {},
@@ -88,6 +97,19 @@ def cluster_objects(
             }
         )
     return out
+
+
+def _minimum_runtime(seconds: float) -> dict[str, Any]:
+    """A ClusterQueue's annotations for a minimum runtime of ``seconds`` that no priority
+    overrides (none for 0)."""
+    if seconds <= 0:
+        return {}
+    return {
+        "annotations": {
+            MINIMUM_PREEMPTABLE: str(2**31 - 1),
+            TOLERATION_SECONDS: str(math.ceil(seconds)),
+        }
+    }
 
 
 def pod_name(job: Job, index: int) -> str:
