@@ -140,6 +140,13 @@ async def wait_for(
         await asyncio.sleep(0.2)
 
 
+async def admitted(nc: Client, topology: Topology, ref: str) -> list[events.Event]:
+    """The decisions stream once ``ref`` has been admitted."""
+    return await wait_for(
+        nc, topology, lambda e: bool(of(e, events.Admitted, workload=ref)), what=f"{ref} admitted"
+    )
+
+
 def saga_of(evs: list[events.Event], ref: str) -> list[str]:
     """The event types of ``ref``'s saga (what names it as preemptor or workload), in
     order, without its Pending decisions."""

@@ -55,6 +55,16 @@ spec:
 """
 
 
+def gang_arrives(folder: Path, cluster: str, *, at: float = 0.5, minute: int = 0) -> None:
+    """``cluster`` the starting state; ``gang`` (priority 1000, 4 CPUs, created at
+    ``minute`` past one) arrives ``at`` seconds after ingest starts."""
+    (folder / "cluster.yaml").write_text(cluster)
+    (folder / "gang.yaml").write_text(
+        PENDING.format(name="gang", minute=minute, priority=1000, cpus=4)
+    )
+    (folder / "timeline.yaml").write_text(f"- at: {at}\n  apply: gang.yaml\n")
+
+
 def full_cluster(folder: Path, *, gang_at: float | None = 0.5, extra_timeline: str = "") -> None:
     """8 CPUs, full with low-1 (4 CPUs, admitted first) and low-2 (4 CPUs, admitted
     last); ``gang`` (priority 1000, 4 CPUs) arrives ``gang_at`` seconds after ingest starts."""

@@ -11,8 +11,8 @@ from nats.aio.client import Client
 
 from gangpreempt import events
 from gangpreempt.bus import Topology
-from tests.e2e.harness import Services, assert_saga, of, saga_of, sim_stats, wait_for
-from tests.e2e.scenarios import ADMITTED, CLUSTER, PENDING
+from tests.e2e.harness import Services, admitted, assert_saga, of, saga_of, sim_stats
+from tests.e2e.scenarios import ADMITTED, CLUSTER, PENDING, gang_arrives
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 GANG = "Workload/ml/gang"
@@ -46,18 +46,9 @@ async def test_a_workload_inside_its_minimum_runtime_is_spared(
     text = CLUSTER + TRAINING
     text += ADMITTED.format(name="low-1", minute=0, priority=100, cpus=4)
     text += with_training_class(ADMITTED.format(name="low-2", minute=10, priority=100, cpus=4))
-    (scenario_dir / "cluster.yaml").write_text(text)
-    (scenario_dir / "gang.yaml").write_text(
-        PENDING.format(name="gang", minute=0, priority=1000, cpus=4)
-    )
-    (scenario_dir / "timeline.yaml").write_text("- at: 0.5\n  apply: gang.yaml\n")
+    gang_arrives(scenario_dir, text)
     services.start()
-    evs = await wait_for(
-        nc,
-        topology,
-        lambda e: bool(of(e, events.Admitted, workload=GANG)),
-        what="the gang admitted",
-    )
+    evs = await admitted(nc, topology, GANG)
     assert_saga(saga_of(evs, GANG))
     (proposal,) = of(evs, events.PlanProposed, preemptor=GANG)
     assert [v.object for v in proposal.victims] == ["Workload/ml/low-1"]
@@ -78,20 +69,10 @@ async def test_a_preemption_held_back_by_a_minimum_runtime_goes_when_it_ends(
         '    preemption-toleration.scheduling.x-k8s.io/toleration-seconds: "4"',
     )
     text = queue + ADMITTED.format(name="high", minute=0, priority=2000, cpus=4)
-    (scenario_dir / "cluster.yaml").write_text(
-        text + "---\n" + PENDING.format(name="low", minute=0, priority=100, cpus=4)
-    )
-    (scenario_dir / "gang.yaml").write_text(
-        PENDING.format(name="gang", minute=1, priority=1000, cpus=4)
-    )
-    (scenario_dir / "timeline.yaml").write_text("- at: 1.0\n  apply: gang.yaml\n")
+    text += "---\n" + PENDING.format(name="low", minute=0, priority=100, cpus=4)
+    gang_arrives(scenario_dir, text, at=1.0, minute=1)
     services.start()
-    evs = await wait_for(
-        nc,
-        topology,
-        lambda e: bool(of(e, events.Admitted, workload=GANG)),
-        what="the gang admitted",
-    )
+    evs = await admitted(nc, topology, GANG)
     (low_in,) = of(evs, events.Admitted, workload="Workload/ml/low")
     (requested,) = of(evs, events.PreemptionRequested, workload=GANG)
     (proposal,) = of(evs, events.PlanProposed, preemptor=GANG)

@@ -11,8 +11,8 @@ from nats.aio.client import Client
 
 from gangpreempt import events
 from gangpreempt.bus import Topology
-from tests.e2e.harness import Services, assert_saga, of, saga_of, wait_for
-from tests.e2e.scenarios import ADMITTED, CLUSTER, PENDING
+from tests.e2e.harness import Services, admitted, assert_saga, of, saga_of
+from tests.e2e.scenarios import ADMITTED, CLUSTER, gang_arrives
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 GANG = "Workload/ml/gang"
@@ -37,18 +37,9 @@ async def test_the_setting_chooses_the_victim_that_loses_least(
         ADMITTED.format(name="low-1", minute=0, priority=100, cpus=4), "2026-06-01T00:00:00Z"
     )
     text += ADMITTED.format(name="low-2", minute=10, priority=100, cpus=4)
-    (scenario_dir / "cluster.yaml").write_text(text)
-    (scenario_dir / "gang.yaml").write_text(
-        PENDING.format(name="gang", minute=0, priority=1000, cpus=4)
-    )
-    (scenario_dir / "timeline.yaml").write_text("- at: 0.5\n  apply: gang.yaml\n")
+    gang_arrives(scenario_dir, text)
     services.start(extra={"GANGPREEMPT_VICTIM_COST": "lost-gpu-hours"})
-    evs = await wait_for(
-        nc,
-        topology,
-        lambda e: bool(of(e, events.Admitted, workload=GANG)),
-        what="the gang admitted",
-    )
+    evs = await admitted(nc, topology, GANG)
     assert_saga(saga_of(evs, GANG))
     (proposal,) = of(evs, events.PlanProposed, preemptor=GANG)
     assert [v.object for v in proposal.victims] == ["Workload/ml/low-1"]

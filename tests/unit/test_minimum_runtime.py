@@ -92,8 +92,11 @@ def test_the_class_policy_comes_before_the_queue_default() -> None:
     assert outcome(st_, 500) == "Preempt"
 
 
-def test_reclaim_any_does_not_override_it() -> None:
-    """Another ClusterQueue's borrower inside its window is not reclaimed either."""
+@pytest.mark.parametrize("fair_sharing", [False, True])
+def test_reclaim_any_and_fair_sharing_do_not_override_it(fair_sharing: bool) -> None:
+    """Another ClusterQueue's borrower inside its window is not reclaimed either (its
+    priority 900 is above the preemptor's: only ``reclaimWithinCohort: Any`` or fair
+    sharing could take it)."""
     own = cluster_queue("q", {"default": {"cpu": quota(4000)}}, "co", reclaim="Any")
     other = cluster_queue("b", {"default": {"cpu": quota(0, borrowing=4000)}}, "co")
     victim = with_class(admitted("v", "b", {"cpu": ("default", 4000)}, 900), "training")
@@ -101,19 +104,7 @@ def test_reclaim_any_does_not_override_it() -> None:
     st_.workload_priority_classes["training"] = WorkloadPriorityClass(
         "training", 900, minimum_preemptable_priority=1000, toleration_seconds=7200
     )
-    assert outcome(st_, 500) == "Pending"
-    assert outcome(st_, 500, at=timedelta(hours=2)) == "Preempt"
-
-
-def test_fair_sharing_spares_it_too() -> None:
-    own = cluster_queue("q", {"default": {"cpu": quota(4000)}}, "co", reclaim="Any")
-    other = cluster_queue("b", {"default": {"cpu": quota(0, borrowing=4000)}}, "co")
-    victim = with_class(admitted("v", "b", {"cpu": ("default", 4000)}, 900), "training")
-    st_ = state([own, other], [victim])
-    st_.workload_priority_classes["training"] = WorkloadPriorityClass(
-        "training", 900, minimum_preemptable_priority=1000, toleration_seconds=7200
-    )
-    st_.kueue_configurations["kueue"] = KueueConfiguration(fair_sharing=True)
+    st_.kueue_configurations["kueue"] = KueueConfiguration(fair_sharing=fair_sharing)
     assert outcome(st_, 500) == "Pending"
     assert outcome(st_, 500, at=timedelta(hours=2)) == "Preempt"
 
