@@ -10,6 +10,7 @@ from typing import Any
 
 from gangpreempt.errors import InvalidInput
 from gangpreempt.planning.nodeindex import NodeIndex
+from gangpreempt.preemption.candidates import core_victim_cost
 from gangpreempt.quota.ledger import Ledger
 from gangpreempt.quota.snapshot import Snapshot
 from gangpreempt.replica import StateReplica
@@ -54,9 +55,8 @@ class LiveState:
         state (nothing awaits in between, so no change can slip in)."""
         await self.replica.start()
         await self.replica.caught_up(timeout=30)
-        cost = self.ctx.settings.victim_cost
         self.ledger = Ledger(
-            self.replica.state, self.ctx.now(), "" if cost == "kueue-order" else cost
+            self.replica.state, self.ctx.now(), core_victim_cost(self.ctx.settings.victim_cost)
         )
         # Not again if the starting state's completion built it (kept current since):
         # at 20,000 nodes a build holds the loop for seconds. Without success it is built

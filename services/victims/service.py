@@ -53,6 +53,7 @@ from gangpreempt.planning.explaining import explain, victim_summary
 from gangpreempt.planning.legitimacy import named_rules
 from gangpreempt.planning.nodeplan import is_node_level
 from gangpreempt.planning.records import REQUESTED
+from gangpreempt.preemption.candidates import core_victim_cost
 from gangpreempt.telemetry import metrics
 from services.livestate import LiveState, key_of
 from services.runtime import ServiceContext, fault
@@ -254,12 +255,11 @@ class Victims:
             return ExplainReply(error="give a plan id or a workload")
         try:
             with metrics.core_call("explain"):
-                cost = self.ctx.settings.victim_cost
                 found_now = explain(
                     self.replica.state,
                     self.ctx.now(),
                     workload,
-                    victim_cost="" if cost == "kueue-order" else cost,
+                    victim_cost=core_victim_cost(self.ctx.settings.victim_cost),
                 )
         except InvalidInput as exc:
             return msgspec.structs.replace(known, error=str(exc))

@@ -22,6 +22,7 @@ from gangpreempt.manifests import load, parse_time
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.planning import plan as make_plan
 from gangpreempt.planning import state_warnings
+from gangpreempt.preemption.candidates import KUEUE_ORDER, LOST_GPU_HOURS, core_victim_cost
 
 
 def _now(value: str | None) -> datetime:
@@ -82,18 +83,13 @@ def _deciding_options(f: Any) -> Any:
 
 victim_cost_option = click.option(
     "--victim-cost",
-    type=click.Choice(["kueue-order", "lost-gpu-hours"]),
-    default="kueue-order",
+    type=click.Choice([KUEUE_ORDER, LOST_GPU_HOURS]),
+    default=KUEUE_ORDER,
     show_default=True,
     help="Kueue's candidates of one priority: in Kueue's order, or least lost work first "
     "(GPUs x time since the last checkpoint: the gangpreempt.io/last-checkpoint or "
     "checkpoint-interval-seconds annotation, else the whole run).",
 )
-
-
-def core_victim_cost(choice: str) -> str:
-    """``--victim-cost`` as the core names it ("" for Kueue's order)."""
-    return "" if choice == "kueue-order" else choice
 
 
 _DECIDING = [

@@ -15,8 +15,9 @@ from typing import Any
 import click
 import msgspec
 
-from gangpreempt.cli.main import core_victim_cost, victim_cost_option
+from gangpreempt.cli.main import victim_cost_option
 from gangpreempt.errors import EXIT_INVALID, InvalidInput
+from gangpreempt.preemption.candidates import core_victim_cost
 from gangpreempt.simulation.inputs import (
     ReplayInput,
     known_origin,

@@ -20,7 +20,7 @@ from gangpreempt.planning.deciding import Evaluation, evaluate
 from gangpreempt.planning.decisions import ADMIT, PENDING, Decision
 from gangpreempt.planning.nodeplan import ANY_PRIORITY, NodePlanner, Preemptor, is_node_level
 from gangpreempt.planning.planning import parse_object_ref, plan, promised_refs
-from gangpreempt.preemption.candidates import Classifier, Request
+from gangpreempt.preemption.candidates import Classifier, Request, victim_cost_name
 from gangpreempt.preemption.capacity import GangCapacity
 from gangpreempt.preemption.jobquota import quota_of
 from gangpreempt.preemption.units import Unit, tolerates
@@ -341,7 +341,7 @@ def _quota(
             [],
             others,
             waiting,
-            victim_cost=victim_cost or "kueue-order",
+            victim_cost=victim_cost_name(victim_cost),
         )
     with snapshot.scratch():
         ev = evaluate(snapshot, pending)
@@ -390,7 +390,7 @@ def _quota(
         victims,
         others,
         waiting,
-        victim_cost=victim_cost or "kueue-order",
+        victim_cost=victim_cost_name(victim_cost),
     )
 
 

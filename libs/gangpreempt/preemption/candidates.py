@@ -46,6 +46,18 @@ IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
 REPREEMPTION_GUARD_S = 3600.0
 LOST_GPU_HOURS = "lost-gpu-hours"  # the victim cost of ``--victim-cost``
 VICTIM_COSTS = ("", LOST_GPU_HOURS)
+KUEUE_ORDER = "kueue-order"  # the users' name of the core's "" (``--victim-cost``)
+
+
+def core_victim_cost(choice: str) -> str:
+    """A victim cost as users name it (``--victim-cost``, ``GANGPREEMPT_VICTIM_COST``) as
+    the core names it ("" for Kueue's order)."""
+    return "" if choice == KUEUE_ORDER else choice
+
+
+def victim_cost_name(cost: str) -> str:
+    """The core's victim cost as users name it."""
+    return cost or KUEUE_ORDER
 
 
 def recently_preempted(preempted_ts: float, now_ts: float) -> bool:
@@ -425,6 +437,7 @@ __all__ = [
     "IN_CLUSTER_QUEUE",
     "IN_COHORT_RECLAIM_WHILE_BORROWING",
     "IN_COHORT_RECLAMATION",
+    "KUEUE_ORDER",
     "Candidate",
     "Candidates",
     "Classifier",
@@ -432,4 +445,6 @@ __all__ = [
     "Variant",
     "borrow_within_cohort",
     "cohort_sources",
+    "core_victim_cost",
+    "victim_cost_name",
 ]

@@ -42,12 +42,16 @@ class Ledger:
         """``victim_cost``: the snapshot's (``Snapshot.victim_cost``), kept across rebuilds."""
         self.state = state
         self.victim_cost = victim_cost
-        self.snapshot = Snapshot.build(state, now)
-        self.snapshot.victim_cost = victim_cost
+        self.snapshot = self._build(now)
         self.stale = False
         self.holds: dict[str, _Hold] = {}
         self.held_victims: dict[str, str] = {}  # victim key -> plan id
         self.held_preemptors: dict[str, str] = {}  # preemptor key -> plan id
+
+    def _build(self, now: datetime) -> Snapshot:
+        snapshot = Snapshot.build(self.state, now)
+        snapshot.victim_cost = self.victim_cost
+        return snapshot
 
     # -- state changes ------------------------------------------------------------------
     def changed(self, kind: str, old: Any, new: Any) -> None:
@@ -122,8 +126,7 @@ class Ledger:
     # -- reading ------------------------------------------------------------------------
     def current(self, now: datetime) -> Snapshot:
         if self.stale:
-            self.snapshot = Snapshot.build(self.state, now)
-            self.snapshot.victim_cost = self.victim_cost
+            self.snapshot = self._build(now)
             self.stale = False
             plans = [h.plan for h in self.holds.values()]
             self.holds.clear()

@@ -19,7 +19,7 @@ from datetime import datetime
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.queues import ClusterQueue, ResourceFlavor
 from gangpreempt.model.workloads import Workload
-from gangpreempt.quota.toleration import Tolerance, tolerance
+from gangpreempt.quota.toleration import Tolerance, any_policy, tolerance
 from gangpreempt.quota.tree import (
     FR,
     Node,
@@ -378,6 +378,8 @@ class Snapshot:
         """The earliest end of an admitted workload's minimum runtime after ``now_ts``
         (``quota.toleration``; windows for good never end), or None: when a preemptor it
         spared may take it, which no state change announces."""
+        if not any_policy(self.state):
+            return None  # the usual case: no workload to look at
         ends = [
             end
             for aw in self.admitted.values()

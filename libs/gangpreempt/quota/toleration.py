@@ -67,6 +67,20 @@ def _policy(
     return None, None, priority
 
 
+def any_policy(state: ClusterState) -> bool:
+    """Does any class or ClusterQueue of ``state`` give a minimum runtime? (They are few:
+    a look before going over every workload.)"""
+    return any(
+        obj.toleration_seconds
+        for objs in (
+            state.workload_priority_classes,
+            state.priority_classes,
+            state.cluster_queues,
+        )
+        for obj in objs.values()
+    )
+
+
 def tolerates(tol: Tolerance | None, preemptor_priority: int, now_ts: float) -> bool:
     """Is a workload of this tolerance spared by that preemptor at ``now_ts``?"""
     return tol is not None and preemptor_priority < tol[0] and now_ts < tol[1]
@@ -83,4 +97,4 @@ def describe(tol: Tolerance) -> str:
     return f"inside its minimum runtime: it tolerates preemptors below priority {tol[0]} {until}"
 
 
-__all__ = ["Tolerance", "describe", "tolerance", "tolerates"]
+__all__ = ["Tolerance", "any_policy", "describe", "tolerance", "tolerates"]
