@@ -134,12 +134,17 @@ class Answers:
         self.at: dict[str, float] = {}
         self.outcome: dict[str, str] = {}
         self.copies = 0  # answers seen for a request already answered
+        self.answers: set[str] = set()  # the answers' event ids
 
     async def follow(self, nc: Client, topology: Topology) -> Any:
         async def on_msg(msg: Msg) -> None:
             with contextlib.suppress(Exception):
-                ev = events.decode(msg.data)
-                if isinstance(ev, events.PlanProposed | events.PreemptionInfeasible):
+                for ev in events.decode_all(msg.data):
+                    if not isinstance(ev, events.PlanProposed | events.PreemptionInfeasible):
+                        continue
+                    if ev.id in self.answers:
+                        continue  # the same answer again (a retry in another batch)
+                    self.answers.add(ev.id)
                     if ev.request_id in self.at:
                         self.copies += 1
                     else:

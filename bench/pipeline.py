@@ -137,7 +137,12 @@ class BurstCpu:
 
 
 async def collect(
-    url: str, topology: Topology, want: int, timeout: float, cpu: BurstCpu | None = None
+    url: str,
+    topology: Topology,
+    want: int,
+    timeout: float,
+    cpu: BurstCpu | None = None,
+    messages: Counter[str] | None = None,
 ) -> list[events.Event]:
     async with connected(url, "bench") as nc:
         js = nc.jetstream()
@@ -148,16 +153,18 @@ async def collect(
 
         async def on_msg(msg: object) -> None:
             nonlocal actuated
-            ev = events.decode(msg.data)  # type: ignore[attr-defined]
-            got.append(ev)
-            if cpu is not None:
-                cpu.seen(ev)
-            if isinstance(ev, events.PlanActuated | events.PlanDropped):
-                actuated += 1
-                if actuated >= want:
-                    if cpu is not None:
-                        cpu.done()
-                    done.set()
+            if messages is not None:  # DECISIONS messages by type (a batch counts once)
+                messages[(msg.headers or {}).get("gp-type", "?")] += 1  # type: ignore[attr-defined]
+            for ev in events.decode_all(msg.data):  # type: ignore[attr-defined]
+                got.append(ev)
+                if cpu is not None:
+                    cpu.seen(ev)
+                if isinstance(ev, events.PlanActuated | events.PlanDropped):
+                    actuated += 1
+                    if actuated >= want:
+                        if cpu is not None:
+                            cpu.done()
+                        done.set()
 
         sub = await follow(
             nc, f"{topology.prefix}.*.*", topology.decisions_stream, on_msg, DeliverPolicy.ALL
@@ -185,8 +192,9 @@ def run(
         {**{name: p.pid for name, p in procs.items()}, "nats-server": server.proc.pid},
         {f"Workload/bench/g{i}" for i in range(spaced, n)},
     )
+    messages: Counter[str] = Counter()
     try:
-        evs = asyncio.run(collect(server.url, topology, n, timeout, cpu))
+        evs = asyncio.run(collect(server.url, topology, n, timeout, cpu, messages))
     finally:
         stop_services(procs)
         server.stop()
@@ -247,6 +255,8 @@ def run(
         # CPU per burst decision, each process, from the burst's first request to its
         # last actuation (what caps the burst on 2 cores)
         "decision_events": dict(Counter(events.event_type(e) for e in evs).most_common()),
+        # the messages that carried them (group commit: many events of a type in one)
+        "decision_messages": dict(messages.most_common()),
         "burst_cpu_ms_per_decision": {
             name: 1000 * spent / max(1, len(burst_lat)) for name, spent in cpu.spent.items()
         },
@@ -302,6 +312,12 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         + f"; total {sum(per.values()):.2f} ms"
     )
     print(f"plans actuated {result['plans_actuated']}, dropped {result['plans_dropped']}")
+    evs, msgs = result["decision_events"], result["decision_messages"]
+    assert isinstance(evs, dict)
+    assert isinstance(msgs, dict)
+    print(
+        "DECISIONS events / messages: " + ", ".join(f"{k} {evs[k]}/{msgs.get(k, 0)}" for k in evs)
+    )
     write_result(args.out, result)
     return result
 

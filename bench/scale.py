@@ -81,7 +81,8 @@ class Saga:
 
         async def on_msg(msg: Msg) -> None:
             with contextlib.suppress(Exception):
-                self.on(events.decode(msg.data))
+                for ev in events.decode_all(msg.data):
+                    self.on(ev)
 
         return await follow(
             nc, f"{topology.prefix}.>", topology.decisions_stream, on_msg, DeliverPolicy.NEW

@@ -13,7 +13,7 @@ retyped; ``schema_version`` is bumped when the meaning of a field changes.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -247,6 +247,28 @@ class PlanDropped(Event, frozen=True, kw_only=True, tag=True):
     reason: str
 
 
+# -- many decisions in one message ------------------------------------------------------
+
+
+class BatchItem(msgspec.Struct, frozen=True):
+    """One event of a ``DecisionBatch``: its msgpack bytes exactly as it would travel
+    alone, and its own trace context (so each plan's trace stays its own)."""
+
+    event: msgspec.Raw
+    trace: dict[str, str] = {}
+
+
+class DecisionBatch(Event, frozen=True, kw_only=True, tag=True):
+    """Decision events of one type that one publisher made while its previous message
+    was being stored (group commit), in one DECISIONS message on their type's subject.
+    Readers take ``unpack``: the events in the order they were made, each with its own
+    id; a reader drops an id it has handled (a retry may compose a batch differently,
+    which the stream's deduplication does not catch)."""
+
+    kind: str  # the type of every event in it
+    items: tuple[BatchItem, ...]
+
+
 AnyEvent = (
     ObjectUpserted
     | ObjectDeleted
@@ -265,6 +287,7 @@ AnyEvent = (
     | VictimActuated
     | PlanActuated
     | PlanDropped
+    | DecisionBatch
 )
 
 _encoder = msgspec.msgpack.Encoder()
@@ -281,6 +304,48 @@ def decode(data: bytes) -> AnyEvent:
     return _decoder.decode(data)
 
 
+def batch(events: list[tuple[bytes, dict[str, str]]], kind: str) -> DecisionBatch:
+    """A ``DecisionBatch`` of encoded events of type ``kind`` (each with its trace
+    context); its id follows from theirs, so the same batch sent again is a duplicate."""
+    return DecisionBatch(
+        id=stable_id("batch", *(_item_id(body) for body, _ in events)),
+        occurred_at=datetime.now(UTC),
+        kind=kind,
+        items=tuple(BatchItem(msgspec.Raw(body), trace) for body, trace in events),
+    )
+
+
+class _IdOnly(msgspec.Struct):
+    id: str
+
+
+_id_decoder = msgspec.msgpack.Decoder(_IdOnly)
+
+
+def _item_id(body: bytes) -> str:
+    return _id_decoder.decode(body).id
+
+
+def unpack(event: AnyEvent) -> list[AnyEvent]:
+    """The events a message holds: those of a ``DecisionBatch`` in order, else the event
+    itself. Raises ``msgspec.DecodeError`` (with the item's place) when an item is not a
+    valid event."""
+    if not isinstance(event, DecisionBatch):
+        return [event]
+    out: list[AnyEvent] = []
+    for n, item in enumerate(event.items):
+        try:
+            out.append(_decoder.decode(item.event))
+        except msgspec.DecodeError as exc:
+            raise msgspec.DecodeError(f"{exc} - at `$.items[{n}].event`") from None
+    return out
+
+
+def decode_all(data: bytes) -> list[AnyEvent]:
+    """Every event a bus message holds (``unpack`` of ``decode``)."""
+    return unpack(decode(data))
+
+
 def event_type(event: Event) -> str:
     return type(event).__name__
 
@@ -295,7 +360,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "Admitted",
     "AnyEvent",
+    "BatchItem",
     "CheckDecided",
+    "DecisionBatch",
     "Event",
     "ObjectDeleted",
     "ObjectUpserted",
@@ -314,8 +381,11 @@ __all__ = [
     "StateChunk",
     "StateComplete",
     "VictimActuated",
+    "batch",
     "decode",
+    "decode_all",
     "encode",
     "event_type",
     "stable_id",
+    "unpack",
 ]

@@ -11,7 +11,9 @@ Fault classes:
 - ``pause``: the lease holder SIGSTOPped past its lease while a standby runs, resumed;
 - ``actuators``: two actuators throughout, the holder SIGKILLed once;
 - ``messages``: duplicated events (new message ids, past the stream's deduplication),
-  junk bytes and events on the wrong subject on every subject, invalid state objects;
+  junk bytes and events on the wrong subject on every subject, invalid state objects,
+  batches holding copies of stored events beside an item that is no event and one on
+  the wrong subject;
 - ``quota``: two quota instances; the active one (the lease holder) SIGKILLed, or
   SIGSTOPped past its lease and resumed, once or twice while gangs arrive;
 - ``victims``: two victims replicas sharing the consumer; 1-3 times a replica kills
@@ -41,12 +43,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 from nats.aio.client import Client
 
 from gangpreempt import events
 from gangpreempt.bus import NatsServer, Topology, connected, provision
 from gangpreempt.bus.leasing import parse_lease
+from gangpreempt.bus.publishing import HEADER_BATCH
 from gangpreempt.bus.records import decode_record
+from gangpreempt.bus.topology import EVENT_SUBJECTS
 from gangpreempt.model import kinds
 from gangpreempt.model.workloads import PodSet, Workload
 from gangpreempt.planning.records import ACTUATING, CONFIRMED
@@ -378,24 +383,8 @@ class ChaosRun:
         js = nc.jetstream()
         topo = self.topology
         rng = self.rng
-        kind = rng.choice(("duplicate", "duplicate", "junk", "misplaced", "invalid"))
-        subjects = [
-            topo.event_subject(t)
-            for t in sorted(
-                {
-                    t
-                    for t in events.AnyEvent.__args__
-                    if t
-                    not in (
-                        events.ObjectUpserted,
-                        events.ObjectDeleted,
-                        events.StateComplete,
-                        events.StateChunk,
-                    )
-                },
-                key=lambda t: t.__name__,
-            )
-        ]
+        kind = rng.choice(("duplicate", "duplicate", "junk", "misplaced", "invalid", "batch"))
+        subjects = [topo.event_subject(t) for t in sorted(EVENT_SUBJECTS, key=lambda t: t.__name__)]
         subjects.append(topo.state_subject("Workload", f"chaos/junk-{rng.randint(0, 9)}"))
         try:
             if kind == "duplicate":
@@ -406,6 +395,28 @@ class ChaosRun:
                         topo.subject_of(ev),
                         events.encode(ev),
                         headers={"Nats-Msg-Id": f"dup-{rng.random()}"},
+                    )
+            elif kind == "batch":
+                # copies of stored events of one type, beside an item that is no event
+                # and one on the wrong subject, in one batch past the deduplication
+                evs = await decisions(nc, topo)
+                if evs:
+                    etype = type(rng.choice(evs))
+                    copies = [events.encode(e) for e in evs if type(e) is etype][-3:]
+                    wrong = events.encode(rng.choice(evs))
+                    junk = msgspec.msgpack.encode({"type": etype.__name__, "id": 7})
+                    items = [*copies, junk, wrong]
+                    rng.shuffle(items)
+                    batch = events.DecisionBatch(
+                        id=f"chaos-batch-{rng.random()}",
+                        occurred_at=datetime.now(UTC),
+                        kind=etype.__name__,
+                        items=tuple(events.BatchItem(msgspec.Raw(b)) for b in items),
+                    )
+                    await js.publish(
+                        topo.event_subject(etype),
+                        events.encode(batch),
+                        headers={"Nats-Msg-Id": batch.id, HEADER_BATCH: str(len(items))},
                     )
             elif kind == "junk":
                 await js.publish(rng.choice(subjects), rng.randbytes(rng.randint(1, 64)))

@@ -102,13 +102,13 @@ class KubeWorld:
 
         async def on_decision(msg: Msg) -> None:
             with contextlib.suppress(Exception):
-                event = events.decode(msg.data)
-                if isinstance(event, events.Admitted):
-                    lease = await current_token(leases, "quota")
-                    if event.quota_token != lease:
-                        self.refused += 1
-                        return
-                    self.admit(event)
+                for event in events.decode_all(msg.data):
+                    if isinstance(event, events.Admitted):
+                        lease = await current_token(leases, "quota")
+                        if event.quota_token != lease:
+                            self.refused += 1
+                            continue
+                        self.admit(event)
 
         async def on_lease(msg: Msg) -> None:
             gone = (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE")

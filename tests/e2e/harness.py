@@ -108,14 +108,22 @@ async def read_stream(nc: Client, stream: str, subject: str) -> list[Any]:
     return await read_subject(nc.jetstream(), stream, subject)
 
 
-async def decisions(nc: Client, topology: Topology) -> list[events.Event]:
+async def decisions(nc: Client, topology: Topology, *, distinct: bool = True) -> list[events.Event]:
+    """Every decision event stored, in order, as a consumer sees them: the events of a
+    batch unpacked, an id seen before dropped (a retry composed into another batch;
+    ``distinct=False`` keeps every copy the stream holds)."""
     msgs = await read_stream(nc, topology.decisions_stream, f"{topology.prefix}.*.*")
     out: list[events.Event] = []
+    seen: set[str] = set()
     for m in msgs:
         try:
-            out.append(events.decode(m.data))
+            evs = events.decode_all(m.data)
         except Exception:
             continue  # the malformed-message tests put junk here on purpose
+        for e in evs:
+            if not distinct or e.id not in seen:
+                seen.add(e.id)
+                out.append(e)
     return out
 
 

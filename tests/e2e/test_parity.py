@@ -49,7 +49,7 @@ async def test_services_and_plan_agree_on_the_scenario_suite(
     last_seq = [0]  # the decisions stream's sequence the test has taken in
 
     async def on_msg(msg: object) -> None:
-        seen.append(events.decode(msg.data))  # type: ignore[attr-defined]
+        seen.extend(events.decode_all(msg.data))  # type: ignore[attr-defined]
         last_seq[0] = msg.metadata.sequence.stream  # type: ignore[attr-defined]
 
     sub = await follow(nc, f"{topology.prefix}.>", topology.decisions_stream, on_msg)

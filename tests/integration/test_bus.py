@@ -96,8 +96,9 @@ async def test_a_retried_publish_is_dropped_by_the_stream(nc: Client, topology: 
 
 async def test_sends_without_waiting_keep_their_order(nc: Client, topology: Topology) -> None:
     """The sim's STATE writer keeps many sends in flight; the stream must store them in
-    the order they were sent, and every ack must arrive."""
-    pub = Publisher(nc, topology, "actuator")
+    the order they were sent, and every ack must arrive (one message per event: no
+    group commit)."""
+    pub = Publisher(nc, topology, "actuator", group_commit=False)
     acks = [await pub.send(dropped(100 + i)) for i in range(200)]
     stored = await asyncio.wait_for(asyncio.gather(*acks), 10)
     assert [a.seq for a in stored] == sorted(a.seq for a in stored)
@@ -343,7 +344,7 @@ async def test_trace_context_crosses_the_bus(nc: Client, topology: Topology) -> 
 async def test_a_stream_read_is_whole_or_fails(nc: Client, topology: Topology) -> None:
     js = nc.jetstream()
     consumers = (await js.stream_info(topology.decisions_stream)).state.consumer_count
-    pub = Publisher(nc, topology, "actuator")
+    pub = Publisher(nc, topology, "actuator", group_commit=False)
     for i in range(1200):  # more than one fetch
         await pub.send(dropped(i))
     await pub.publish(dropped(1200))

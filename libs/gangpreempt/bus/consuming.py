@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -49,7 +50,13 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from gangpreempt import events
-from gangpreempt.bus.publishing import HEADER_SERVICE, HEADER_TYPE, header_size, subject_template
+from gangpreempt.bus.publishing import (
+    HEADER_BATCH,
+    HEADER_SERVICE,
+    HEADER_TYPE,
+    header_size,
+    subject_template,
+)
 from gangpreempt.bus.topology import Topology
 from gangpreempt.errors import InvalidInput, Transient
 from gangpreempt.telemetry import metrics, process_span
@@ -121,6 +128,18 @@ class DeadLetters:
             seq = "?"
         dedup = f"dlq-{self.service}-{msg.subject}-{seq}"
         await self._send(msg.subject, msg.data, seq, dedup, reason, etype, eid)
+
+    async def send_item(
+        self, msg: Msg, data: bytes, reason: str, etype: str = "", eid: str = ""
+    ) -> None:
+        """Dead-letter one event of a ``DecisionBatch`` message (``data``, its bytes):
+        the batch's other events are handled."""
+        try:
+            seq = str(msg.metadata.sequence.stream)
+        except Exception:
+            seq = "?"
+        dedup = f"dlq-{self.service}-{msg.subject}-{seq}-{eid}"
+        await self._send(msg.subject, data, seq, dedup, reason, etype, eid)
 
     async def send_unsent(
         self, subject: str, data: bytes, reason: str, etype: str = "", eid: str = ""
@@ -263,6 +282,11 @@ class Consumer:
         self.ready = asyncio.Event()
         self.per_message: float | None = None  # EWMA of a batch's seconds per message
         self.kept_alive = 0  # in-progress reports sent
+        # ids of events handled (or dead-lettered): an event that comes again, in a
+        # batch composed differently or in a batch given back, is dropped
+        self.handled: OrderedDict[str, None] = OrderedDict()
+        self.in_hand: set[str] = set()  # ids in their handlers now
+        self.duplicates = 0
 
     async def settled(self, timeout: float = 2.0) -> None:
         """Wait until every message already stored for this consumer has been handled and
@@ -349,81 +373,202 @@ class Consumer:
             self.per_message += EWMA_WEIGHT * (sample - self.per_message)
 
     async def _process_batch(self, msgs: list[Msg], stop: asyncio.Event) -> None:
-        """Handle a batch, up to ``concurrency`` messages at a time (handlers must then be
-        safe to interleave at their awaits), keeping its unsettled messages alive."""
+        """Handle a batch, up to ``concurrency`` events at a time (handlers must then be
+        safe to interleave at their awaits), keeping its unsettled messages alive. The
+        events of a ``DecisionBatch`` message are handled like messages of their own;
+        the message is settled once, when the last of them is."""
         started = time.monotonic()
         keep = KeepAlive(msgs, self.ack_wait * KEEP_ALIVE)
         ticker = asyncio.ensure_future(keep.ticking())
-
-        async def one(index: int, msg: Msg) -> None:
-            try:
-                if stop.is_set():
-                    # Shutting down: give the rest back at once, not after AckWait.
-                    with contextlib.suppress(Exception):
-                        await msg.nak()
-                    return
-                await keep.beat()
-                await self.process(msg)
-            finally:
-                keep.settled(index)
-
+        units: list[tuple[Opened, events.AnyEvent, dict[str, str]]] = []
         try:
+            for index, msg in enumerate(msgs):
+                opened = await self._open(index, msg, keep)
+                if opened is not None:
+                    units += [(opened, event, headers) for event, headers in opened.events]
+
+            async def one(opened: Opened, event: events.AnyEvent, headers: dict[str, str]) -> None:
+                try:
+                    if stop.is_set():
+                        opened.give_back = True  # shutting down: back at once, not after AckWait
+                    elif not self._handled_before(event.id):
+                        await keep.beat()
+                        self.in_hand.add(event.id)
+                        try:
+                            await self._handle(opened, event, headers)
+                        finally:
+                            self.in_hand.discard(event.id)
+                except Exception as exc:  # a dead letter or span that failed: AckWait
+                    log.warning(
+                        "message not settled; it comes back after AckWait",
+                        subject=opened.msg.subject,
+                        error=repr(exc),
+                    )
+                    opened.held = True
+                finally:
+                    opened.left -= 1
+                    if opened.left == 0:
+                        await self._settle(opened)
+                        keep.settled(opened.index)
+
             if self.concurrency <= 1:
-                for index, msg in enumerate(msgs):
-                    await one(index, msg)
+                for unit in units:
+                    await one(*unit)
             else:
                 gate = asyncio.Semaphore(self.concurrency)
 
-                async def gated(index: int, msg: Msg) -> None:
+                async def gated(
+                    opened: Opened, event: events.AnyEvent, headers: dict[str, str]
+                ) -> None:
                     async with gate:
-                        await one(index, msg)
+                        await one(opened, event, headers)
 
-                await asyncio.gather(*(gated(i, m) for i, m in enumerate(msgs)))
+                await asyncio.gather(*(gated(*unit) for unit in units))
         finally:
             ticker.cancel()  # it only sleeps and reports: nothing to wait for
             self.kept_alive += keep.sent
         if msgs and not stop.is_set():
             self._measured(len(msgs), time.monotonic() - started)
 
-    async def process(self, msg: Msg) -> None:
+    async def _open(self, index: int, msg: Msg, keep: KeepAlive) -> Opened | None:
+        """The events ``msg`` holds, to be handled; None when it is settled already
+        (ignored, or dead-lettered whole). An item of a batch that is not a valid event
+        for this subject is dead-lettered alone, and the others are handled."""
         try:
-            await self._process(msg)
+            opened = await self._events_of(index, msg)
         except Exception as exc:  # a settlement or dead letter that could not be sent
             log.warning(
                 "message not settled; it comes back after AckWait",
                 subject=msg.subject,
                 error=repr(exc),
             )
+            keep.settled(index)
+            return None
+        if opened is None:
+            keep.settled(index)
+            return None
+        if not opened.events:  # every item was dead-lettered or handled before
+            await self._settle(opened)
+            keep.settled(index)
+            return None
+        return opened
 
-    async def _process(self, msg: Msg) -> None:
+    async def _events_of(self, index: int, msg: Msg) -> Opened | None:
         headers = msg.headers or {}
         if self.ignores is not None and self.ignores(headers.get(HEADER_TYPE, "")):
             self.skipped += 1
             metrics.skipped(self.durable, _pending(msg))
             await msg.ack()
+            return None
+        try:
+            event = events.decode(msg.data)
+        except msgspec.DecodeError as exc:
+            etype, eid = describe_undecodable(msg.data)
+            etype = etype or headers.get(HEADER_TYPE, "")
+            eid = eid or headers.get("Nats-Msg-Id", "")
+            await self.dead_letters.send(msg, f"cannot decode: {exc}", etype, eid)
+            await msg.term()
+            return None
+        opened = Opened(index, msg)
+        if not isinstance(event, events.DecisionBatch):
+            if await self._misplaced(msg, event):
+                await msg.term()
+                return None
+            if not self._handled_before(event.id):
+                opened.events.append((event, headers))
+        else:
+            for n, item in enumerate(event.items):
+                await self._open_item(opened, event, n, item)
+        opened.left = len(opened.events)
+        return opened
+
+    async def _open_item(
+        self, opened: Opened, batch: events.DecisionBatch, n: int, item: events.BatchItem
+    ) -> None:
+        msg = opened.msg
+        try:
+            inner = events.decode(item.event)
+        except msgspec.DecodeError as exc:
+            etype, eid = describe_undecodable(bytes(item.event))
+            await self.dead_letters.send_item(
+                msg,
+                bytes(item.event),
+                f"cannot decode: {exc} (item {n} of {batch.id})",
+                etype or batch.kind,
+                eid,
+            )
             return
+        if isinstance(inner, events.DecisionBatch):
+            await self.dead_letters.send_item(
+                msg,
+                bytes(item.event),
+                f"invalid: item {n} of {batch.id} is a batch itself",
+                batch.kind,
+                inner.id,
+            )
+            return
+        if await self._misplaced(msg, inner, bytes(item.event)):
+            return
+        if not self._handled_before(inner.id):
+            headers = dict(item.trace)
+            headers["Nats-Msg-Id"] = inner.id
+            opened.events.append((inner, headers))
+
+    async def _misplaced(self, msg: Msg, event: events.AnyEvent, item: bytes | None = None) -> bool:
+        """Dead-letter ``event`` (a message, or ``item`` of a batch) when its type does
+        not belong on the subject it came on."""
+        expected = self.topology.subject_of(event)
+        if msg.subject == expected:
+            return False
+        reason = (
+            f"invalid: {events.event_type(event)} {event.id} does not belong on "
+            f"{msg.subject} (its subject is {expected})"
+        )
+        if item is None:
+            await self.dead_letters.send(msg, reason, events.event_type(event), event.id)
+        else:
+            await self.dead_letters.send_item(msg, item, reason, events.event_type(event), event.id)
+        return True
+
+    def _handled_before(self, event_id: str) -> bool:
+        if event_id in self.handled or event_id in self.in_hand:
+            self.duplicates += 1
+            return True
+        return False
+
+    def _handled(self, event_id: str) -> None:
+        self.handled[event_id] = None
+        if len(self.handled) > HANDLED_KEPT:
+            self.handled.popitem(last=False)
+
+    async def _settle(self, opened: Opened) -> None:
+        msg = opened.msg
+        try:
+            if opened.held:
+                return
+            if opened.give_back:
+                await msg.nak()
+            elif opened.retry_in is not None:
+                await msg.nak(delay=opened.retry_in)
+            elif opened.dead:
+                await msg.term()
+            else:
+                await msg.ack()
+        except Exception as exc:  # NATS away: it comes back after AckWait
+            log.warning(
+                "message not settled; it comes back after AckWait",
+                subject=msg.subject,
+                error=repr(exc),
+            )
+
+    async def _handle(
+        self, opened: Opened, event: events.AnyEvent, headers: dict[str, str]
+    ) -> None:
+        """Run the handler on one event and note its outcome on its message."""
+        msg = opened.msg
         template = subject_template(self.topology, msg.subject)
+        single = len(opened.events) == 1 and not opened.batch
         with process_span(msg.subject, template, headers, self.durable) as span:
-            try:
-                event = events.decode(msg.data)
-            except msgspec.DecodeError as exc:
-                etype, eid = describe_undecodable(msg.data)
-                etype = etype or headers.get(HEADER_TYPE, "")
-                eid = eid or headers.get("Nats-Msg-Id", "")
-                span.set_attribute("error.type", "DecodeError")
-                await self.dead_letters.send(msg, f"cannot decode: {exc}", etype, eid)
-                await msg.term()
-                return
-            expected = self.topology.subject_of(event)
-            if msg.subject != expected:
-                span.set_attribute("error.type", "WrongSubject")
-                reason = (
-                    f"invalid: {events.event_type(event)} {event.id} does not belong on "
-                    f"{msg.subject} (its subject is {expected})"
-                )
-                await self.dead_letters.send(msg, reason, events.event_type(event), event.id)
-                await msg.term()
-                return
             structlog.contextvars.bind_contextvars(
                 event_id=event.id, event_type=events.event_type(event)
             )
@@ -433,35 +578,73 @@ class Consumer:
                 result = await self.handler(event, delivery)
             except InvalidInput as exc:
                 span.set_attribute("error.type", type(exc).__name__)
-                await self.dead_letters.send(
-                    msg, f"invalid: {exc}", events.event_type(event), event.id
-                )
-                await msg.term()
+                await self._dead_letter(opened, event, f"invalid: {exc}", single)
                 return
             except (Transient, TimeoutError, nats.errors.Error, OSError) as exc:
                 # NATS away or slow counts as transient: retried, never dead-lettered.
                 span.set_attribute("error.type", "Transient")
                 log.info("transient failure, will retry", error=str(exc))
-                await msg.nak(delay=backoff(delivery.num_delivered))
+                opened.retry(backoff(delivery.num_delivered))
                 return
             except Exception as exc:
                 span.set_attribute("error.type", type(exc).__name__)
                 if delivery.num_delivered >= self.max_attempts:
-                    await self.dead_letters.send(
-                        msg,
-                        f"handler failed {delivery.num_delivered} times: {exc!r}",
-                        events.event_type(event),
-                        event.id,
-                    )
-                    await msg.term()
+                    reason = f"handler failed {delivery.num_delivered} times: {exc!r}"
+                    await self._dead_letter(opened, event, reason, single)
                 else:
                     log.exception("handler failed, will retry")
-                    await msg.nak(delay=backoff(delivery.num_delivered))
+                    opened.retry(backoff(delivery.num_delivered))
                 return
             finally:
                 structlog.contextvars.unbind_contextvars("event_id", "event_type")
-            if result is not HOLD:
-                await msg.ack()
+            if result is HOLD:
+                opened.held = True  # the handler's now: it may come back to it
+            else:
+                self._handled(event.id)
+
+    async def _dead_letter(
+        self, opened: Opened, event: events.AnyEvent, reason: str, single: bool
+    ) -> None:
+        """Dead-letter one event: its message when it came alone (then termed), else
+        the event on its own (the batch's other events are settled as they go)."""
+        etype = events.event_type(event)
+        try:
+            if single:
+                await self.dead_letters.send(opened.msg, reason, etype, event.id)
+                opened.dead = True
+            else:
+                await self.dead_letters.send_item(
+                    opened.msg, events.encode(event), reason, etype, event.id
+                )
+        except Exception as exc:  # NATS away: the message comes back after AckWait
+            log.warning("dead letter not sent", event_id=event.id, error=repr(exc))
+            opened.retry(backoff(1))
+            return
+        self._handled(event.id)
+
+
+HANDLED_KEPT = 65_536  # ids of handled events a consumer remembers, to drop repeats
+
+
+class Opened:
+    """A fetched message being handled: the events it holds (in order, with their
+    headers), how many are still in their handlers, and how it is to be settled."""
+
+    __slots__ = ("batch", "dead", "events", "give_back", "held", "index", "left", "msg", "retry_in")
+
+    def __init__(self, index: int, msg: Msg) -> None:
+        self.index = index
+        self.msg = msg
+        self.events: list[tuple[events.AnyEvent, dict[str, str]]] = []
+        self.batch = (msg.headers or {}).get(HEADER_BATCH) is not None
+        self.left = 0
+        self.give_back = False  # shutting down: nak at once
+        self.retry_in: float | None = None  # nak with this delay (a transient failure)
+        self.dead = False  # termed (its only event dead-lettered)
+        self.held = False  # a handler keeps it and settles it itself
+
+    def retry(self, delay: float) -> None:
+        self.retry_in = max(self.retry_in or 0.0, delay)
 
 
 __all__ = [

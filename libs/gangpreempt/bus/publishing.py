@@ -1,6 +1,16 @@
 """Publishing events: deterministic ``Nats-Msg-Id``, trace context in the headers, and a
 size check on body plus headers before anything is sent (the server would otherwise
-close the connection)."""
+close the connection).
+
+Group commit on DECISIONS: a decision event is sent at once when the publisher has
+nothing in flight; the ones made while a send is being stored wait for its ack and then
+go together, events of one type as one ``DecisionBatch`` message on their type's
+subject (each keeping its id and trace context). So an idle publisher adds no wait, and
+a busy one sends about one message per type per round trip instead of one per event.
+The stream stores every event after the events made before it on its subject and about
+its gang (``groups``); events about different gangs on different subjects, made in one
+round, may be stored in another order than they were made.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +26,11 @@ from gangpreempt.telemetry import inject, metrics, publish_span
 
 HEADER_TYPE = "gp-type"
 HEADER_SERVICE = "gp-service"
+HEADER_BATCH = "gp-batch"  # on a DecisionBatch: how many events it holds
+# the headers every message gets from its publisher; the rest is trace context
+OWN_HEADERS = frozenset(("Nats-Msg-Id", HEADER_TYPE, HEADER_SERVICE, HEADER_BATCH))
+MAX_BATCH = 1000  # events in one DecisionBatch at most
+ITEM_OVERHEAD = 16  # msgpack bytes around one item beside its body and trace context
 
 
 class Oversized(InvalidInput):
@@ -62,15 +77,93 @@ def _stored(ack: asyncio.Future[PubAck], event: events.Event) -> None:
         metrics.published(event)
 
 
+class _Waiting:
+    """A decision event made while the publisher had a send in flight."""
+
+    __slots__ = ("body", "etype", "future", "headers", "key", "size", "subject")
+
+    def __init__(
+        self, subject: str, etype: str, body: bytes, headers: dict[str, str], key: str | None
+    ) -> None:
+        self.subject = subject
+        self.key = key
+        self.etype = etype
+        self.body = body
+        self.headers = headers
+        self.future: asyncio.Future[PubAck] = asyncio.get_running_loop().create_future()
+        # its bytes in a batch: body, trace context, the item's own framing
+        trace = sum(len(k) + len(v) + 4 for k, v in headers.items() if k not in OWN_HEADERS)
+        self.size = len(body) + trace + ITEM_OVERHEAD
+
+    def trace(self) -> dict[str, str]:
+        return {k: v for k, v in self.headers.items() if k not in OWN_HEADERS}
+
+    def settle(self, ack: PubAck | None, error: BaseException | None) -> None:
+        if self.future.done():  # its caller stopped waiting
+            return
+        if error is not None:
+            self.future.set_exception(error)
+        else:
+            assert ack is not None
+            self.future.set_result(ack)
+
+
+def order_key(event: events.Event) -> str | None:
+    """The gang an event is about (its order matters only against events about the same
+    gang, and the events of its subject); None: it keeps its place against every event."""
+    key = getattr(event, "preemptor", None) or getattr(event, "workload", None)
+    return key if isinstance(key, str) and key else None
+
+
+def groups(waiting: list[_Waiting], budget: int) -> list[list[_Waiting]]:
+    """The events of a round in as few messages as their order allows, each at most
+    ``budget`` bytes and ``MAX_BATCH`` events (an event alone may be larger: it was
+    sized on its own). The stream stores them in the order of the returned groups; an
+    event joins the last group of its subject unless an event made before it about the
+    same gang (or one with no gang) is in a later group, so every event stays behind
+    the earlier events of its subject and of its gang."""
+    out: list[list[_Waiting]] = []
+    sizes: list[int] = []
+    last_of_subject: dict[str, int] = {}
+    last_of_key: dict[str, int] = {}
+    barrier = -1  # the last group holding an event about no gang
+    for w in waiting:
+        floor = len(out) - 1 if w.key is None else max(barrier, last_of_key.get(w.key, -1))
+        g = last_of_subject.get(w.subject)
+        if g is not None and g >= floor and len(out[g]) < MAX_BATCH and sizes[g] + w.size <= budget:
+            out[g].append(w)
+            sizes[g] += w.size
+        else:
+            g = len(out)
+            out.append([w])
+            sizes.append(w.size)
+            last_of_subject[w.subject] = g
+        if w.key is None:
+            barrier = g
+        else:
+            last_of_key[w.key] = g
+    return out
+
+
 class Publisher:
     def __init__(
-        self, nc: Client, topology: Topology, service: str, ack_timeout: float = 5.0
+        self,
+        nc: Client,
+        topology: Topology,
+        service: str,
+        ack_timeout: float = 5.0,
+        group_commit: bool = True,
     ) -> None:
         self.nc = nc
         self.js = nc.jetstream()
         self.topology = topology
         self.service = service
         self.ack_timeout = ack_timeout
+        self.group_commit = group_commit
+        self._waiting: list[_Waiting] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self.batches = 0  # DecisionBatch messages sent
+        self.batched = 0  # events sent in them
 
     async def publish(self, event: events.Event, *, subject: str | None = None) -> PubAck:
         """Publish to the event's subject (or ``subject``) and wait for the stream's ack."""
@@ -98,9 +191,67 @@ class Publisher:
             return ack
         with publish_span(subject, template, event.id, len(body)):
             inject(headers)
-            ack = await self._send(subject, body, headers, f"{etype} {event.id}")
+            if self.group_commit and self.topology.stream_for(subject) == (
+                self.topology.decisions_stream
+            ):
+                ack = self._enqueue(subject, etype, body, headers, order_key(event))
+            else:
+                ack = await self._send(subject, body, headers, f"{etype} {event.id}")
         ack.add_done_callback(lambda done: _stored(done, event))
         return ack
+
+    def _enqueue(
+        self, subject: str, etype: str, body: bytes, headers: dict[str, str], key: str | None
+    ) -> asyncio.Future[PubAck]:
+        what = f"{etype} {headers['Nats-Msg-Id']}"
+        self.check_size(body, headers, what=what, subject=subject)
+        waiting = _Waiting(subject, etype, body, headers, key)
+        self._waiting.append(waiting)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush())
+        return waiting.future
+
+    async def _flush(self) -> None:
+        """Send what waits, one round at a time: a round's messages go out in order,
+        and what is made while their acks are awaited waits for the next round."""
+        while self._waiting:
+            waiting, self._waiting = self._waiting, []
+            sent: list[tuple[asyncio.Future[PubAck], list[_Waiting]]] = []
+            for group in groups(waiting, self.nc.max_payload // 2):
+                try:
+                    sent.append((await self._send_group(group), group))
+                except Exception as exc:  # NATS away: each caller sees it, and retries
+                    for w in group:
+                        w.settle(None, exc)
+            for ack, group in sent:
+                try:
+                    stored = await asyncio.wait_for(ack, self.ack_timeout)
+                except Exception as exc:
+                    for w in group:
+                        w.settle(None, exc)
+                else:
+                    for w in group:
+                        w.settle(stored, None)
+
+    async def _send_group(self, group: list[_Waiting]) -> asyncio.Future[PubAck]:
+        first = group[0]
+        stream = self.topology.stream_for(first.subject)
+        if len(group) == 1:
+            return await self.js.publish_async(
+                first.subject, first.body, headers=first.headers, stream=stream
+            )
+        batch = events.batch([(w.body, w.trace()) for w in group], first.etype)
+        headers = {
+            "Nats-Msg-Id": batch.id,
+            HEADER_TYPE: first.etype,
+            HEADER_SERVICE: self.service,
+            HEADER_BATCH: str(len(group)),
+        }
+        body = events.encode(batch)
+        self.batches += 1
+        self.batched += len(group)
+        metrics.decision_batch(first.etype, len(group))
+        return await self.js.publish_async(first.subject, body, headers=headers, stream=stream)
 
     async def _send(
         self, subject: str, body: bytes, headers: dict[str, str], what: str
@@ -125,4 +276,14 @@ class Publisher:
             )
 
 
-__all__ = ["HEADER_SERVICE", "HEADER_TYPE", "Oversized", "Publisher", "header_size"]
+__all__ = [
+    "HEADER_BATCH",
+    "HEADER_SERVICE",
+    "HEADER_TYPE",
+    "OWN_HEADERS",
+    "Oversized",
+    "Publisher",
+    "groups",
+    "header_size",
+    "order_key",
+]

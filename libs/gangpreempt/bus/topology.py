@@ -23,6 +23,7 @@ import re
 
 from gangpreempt import events
 from gangpreempt.config import SERVICES
+from gangpreempt.errors import InvalidInput
 
 _SAFE = re.compile(r"[A-Za-z0-9-]")
 _PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -43,6 +44,8 @@ EVENT_SUBJECTS: dict[type[events.Event], tuple[str, str]] = {
     events.PlanActuated: ("actuator", "plan-actuated"),
     events.PlanDropped: ("actuator", "plan-dropped"),
 }
+# a DecisionBatch goes on the subject of the events it holds (by their type's name)
+BY_NAME: dict[str, type[events.Event]] = {t.__name__: t for t in EVENT_SUBJECTS}
 
 
 def encode_token(text: str) -> str:
@@ -92,6 +95,11 @@ class Topology:
             return self.state_complete_subject
         if isinstance(event, events.StateChunk):
             return self.state_chunk_subject(event.epoch, event.n)
+        if isinstance(event, events.DecisionBatch):
+            kind = BY_NAME.get(event.kind)
+            if kind is None:
+                raise InvalidInput(f"DecisionBatch {event.id}: kind {event.kind!r} is no decision")
+            return self.event_subject(kind)
         return self.event_subject(type(event))
 
     def event_subject(self, event_type: type[events.Event]) -> str:

@@ -385,7 +385,7 @@ def _explain_shadow_live(nats_url: str | None, prefix: str | None, output: str) 
         async def read() -> list[Any]:
             async with connected_with(settings, "gangpreempt-explain", patience=5.0) as nc:
                 msgs = await read_subject(nc.jetstream(), topology.decisions_stream, subject)
-            return [events.decode(m.data) for m in msgs]
+            return [e for m in msgs for e in events.decode_all(m.data)]
 
         found = asyncio.run(read())
     except (InvalidInput, Transient, OSError) as exc:

@@ -220,19 +220,20 @@ async def _live_view(
         async def on_msg(msg: Msg) -> None:
             tally.seen_seq = max(tally.seen_seq, msg.metadata.sequence.stream)
             try:
-                ev = events.decode(msg.data)
+                evs = events.decode_all(msg.data)
             except Exception:
                 console.print(f"[red]undecodable message on {msg.subject}[/red]")
                 return
-            tally.see(ev)
-            name = events.event_type(ev)
-            who, details = describe(ev)
-            style = STYLE.get(name, "white")
-            clock = time.strftime("%H:%M:%S")
-            console.print(
-                f"{clock} [{style}]{name:<21}[/{style}] {who}  [dim]{details}[/dim]",
-                highlight=False,
-            )
+            for ev in evs:
+                tally.see(ev)
+                name = events.event_type(ev)
+                who, details = describe(ev)
+                style = STYLE.get(name, "white")
+                clock = time.strftime("%H:%M:%S")
+                console.print(
+                    f"{clock} [{style}]{name:<21}[/{style}] {who}  [dim]{details}[/dim]",
+                    highlight=False,
+                )
 
         async def on_record(msg: Msg) -> None:
             if msg.data:

@@ -146,6 +146,12 @@ EVENTS_PUBLISHED = Counter(
     "Events published, by type.",
     ["type"],
 )
+DECISION_BATCH_SIZE = Histogram(
+    "gangpreempt_decision_batch_events",
+    "Decision events sent together in one DecisionBatch message (group commit), by type.",
+    ["type"],
+    buckets=SIZE_BUCKETS,
+)
 EVENTS_CONSUMED = Counter(
     "gangpreempt_events_consumed_total",
     "Events handled by a consumer, by consumer and type.",
@@ -299,6 +305,11 @@ def state_sent(etype: str) -> None:
     child.inc()
 
 
+def decision_batch(etype: str, count: int) -> None:
+    """``count`` decision events of type ``etype`` were sent as one message."""
+    DECISION_BATCH_SIZE.labels(etype).observe(count)
+
+
 def published(event: events.Event) -> None:
     """An event was stored on its stream: count it, and time the hop it ends."""
     EVENTS_PUBLISHED.labels(events.event_type(event)).inc()
@@ -418,6 +429,7 @@ def exposition() -> tuple[bytes, str]:
 __all__ = [
     "consumed",
     "core_call",
+    "decision_batch",
     "exposition",
     "hop",
     "hop_forgotten",
