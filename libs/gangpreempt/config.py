@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from gangpreempt.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from gangpreempt.planning.budget import Budget
 
 SERVICES = ("ingest", "quota", "victims", "actuator")
 
@@ -98,6 +101,25 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # quota: seconds an ended plan's record is kept (then deleted, and its delete marker
     # purged as long again later: the bucket holds what is recent, not every plan ever)
     record_retention: float = 3600.0
+    # quota: a cluster-wide disruption budget (planning/budget.py): "<N> victims/<window>"
+    # or "<N> gpu-hours/<window>" (lost work), e.g. "10 victims/1h"; empty: none. Its
+    # scope: the whole cluster, or each cohort tree; preemptors above the bypass priority
+    # are never held back by it.
+    disruption_budget: str = ""
+    disruption_budget_scope: str = "cluster"  # cluster | cohort
+    disruption_budget_bypass: str = ""  # a priority; empty: none
+
+    def budget(self) -> Budget | None:
+        """The disruption budget these settings give, or None (``InvalidInput`` naming
+        the variable when it does not parse)."""
+        from gangpreempt.planning.budget import parse_budget
+
+        return parse_budget(
+            self.disruption_budget,
+            self.disruption_budget_scope,
+            self.disruption_budget_bypass,
+            what=env_name("disruption_budget"),
+        )
 
 
 _FIELDS = {f.name: f for f in msgspec.structs.fields(Settings)}
@@ -129,6 +151,7 @@ _CHOICES = {
     "pod_eviction": ("eviction", "delete", "soft-eviction"),
     "log_level": ("debug", "info", "warning", "error"),
     "victim_cost": ("kueue-order", "lost-gpu-hours"),
+    "disruption_budget_scope": ("cluster", "cohort"),
 }
 
 
@@ -183,7 +206,9 @@ def load_settings(
     for key, value in (flags or {}).items():
         if value is not None:
             values[key] = _convert(key, value, f"--{key.replace('_', '-')}")
-    return Settings(**values)
+    settings = Settings(**values)
+    settings.budget()  # a budget that does not parse fails here, naming its setting
+    return settings
 
 
 __all__ = ["ENV_PREFIX", "SERVICES", "Settings", "env_name", "load_settings"]

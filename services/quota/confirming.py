@@ -39,6 +39,9 @@ from services.quota.flights import Flights, Owed
 log = structlog.get_logger("gangpreempt.quota")
 
 Check = Callable[[PlanRecord, events.PlanProposed], str | None]
+# The disruption budget at confirmation: why the plan must wait for it, or the record
+# fields that carry its charge (taken when it answers); None: no budget
+Charge = Callable[[PlanRecord, events.PlanProposed], tuple[str | None, dict[str, object]]]
 TAKEN_OVER = "requested under an older quota lease: the new holder asks again"
 
 
@@ -52,7 +55,11 @@ class Confirmer:
         now: Callable[[], datetime],
         writer: str,
         lease: Lease | None = None,
+        charge: Charge | None = None,
+        uncharge: Callable[[str], None] | None = None,
     ) -> None:
+        self.charge = charge
+        self.uncharge = uncharge
         self.store = store
         self.book = book
         self.flights = flights
@@ -161,15 +168,20 @@ class Confirmer:
             if flight is None or flight.plan_id != rec.plan_id
             else check(rec, p)
         )
+        charged: dict[str, object] = {}
+        if reason is None and self.charge is not None:
+            reason, charged = self.charge(rec, p)
         if reason is not None:
             rejected = await self.write(rec, revision, REJECTED, reason=reason)
             self.flights.learn(rejected)
             return reason
-        confirmed = self.advance(rec, CONFIRMED, proposal=p)
+        confirmed = self.advance(rec, CONFIRMED, proposal=p, **charged)
         self.flights.learn(confirmed)  # the holds, before anything is awaited
         try:
             self.book.learn(confirmed, await self.store.put(confirmed, revision))
         except (Conflict, Transient):
+            if self.uncharge is not None:
+                self.uncharge(p.plan_id)  # the record, read again, says what holds
             again = await self.store.get(p.plan_id)
             self.flights.learn(again[0] if again is not None else rec)
             raise Transient(f"plan {p.plan_id}: confirmation not written") from None
@@ -251,4 +263,4 @@ class Confirmer:
         return unpaid
 
 
-__all__ = ["Check", "Confirmer"]
+__all__ = ["Charge", "Check", "Confirmer"]

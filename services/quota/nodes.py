@@ -246,6 +246,7 @@ def node_events(
     request: Callable[[Preemptor, Decision], events.Event],
     fresh: Callable[[str, tuple[str, ...]], bool],
     decides: Callable[[Preemptor], bool] = lambda _pre: True,
+    held: Callable[[Preemptor, Decision], str | None] = lambda _pre, _d: None,
 ) -> list[events.Event]:
     """One node-level pass: every pending pod and gang without a plan in flight that is
     gangpreempt's to decide (``decides``; kube-scheduler places the others), in queue
@@ -257,6 +258,22 @@ def node_events(
         d = planner.decide(pre)
         if d.outcome == "Preempt" and not flights.may_request(pre.ref, seq):
             continue  # failed lately: waits for its backoff, holds nothing meanwhile
+        why = held(pre, d) if d.outcome == "Preempt" else None
+        if why is not None:  # the disruption budget: it waits, holding nothing
+            pods = tuple(sorted(f"{p.key}:{p.uid}:{p.resource_version}" for p in pre.pods))
+            if fresh(pre.ref, ("Budget", *pods)):
+                outbox.append(
+                    events.Pending(
+                        id=events.stable_id("pending", pre.ref, *pods, "disruption budget", why),
+                        occurred_at=now,
+                        workload=pre.ref,
+                        uid="",
+                        cluster_queue=d.queue,
+                        mode=d.mode,
+                        message=why,
+                    )
+                )
+            continue
         planner.commit(pre, d)
         # The same decision is published once per incarnation of the preemptor's pods.
         pods = tuple(sorted(f"{p.key}:{p.uid}:{p.resource_version}" for p in pre.pods))

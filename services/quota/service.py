@@ -50,6 +50,7 @@ from gangpreempt.telemetry import metrics
 from gangpreempt.telemetry.tracing import continued_span, current_carrier, root_span
 from services.livestate import LiveState, key_of
 from services.quota.arrivals import ARRIVAL_WAITS, MAX_SEEN, QUIET_S, arrival_of
+from services.quota.budgeting import Budgeting
 from services.quota.confirming import Confirmer
 from services.quota.flights import ACTUATED, ADMITTING, REQUESTED, Flight, Flights
 from services.quota.freed import FreedRoom
@@ -102,7 +103,13 @@ class Quota:
         self.nodes = NodeBook()
         self.freed = FreedRoom(ctx.settings.hold_timeout)
         self.protected = protected_namespaces(ctx.settings.protected_namespaces)
-        self.book = RecordBook(ctx.nc, ctx.topology, 2 * ctx.settings.record_retention)
+        budget = ctx.settings.budget()
+        self.budgeting = Budgeting(budget) if budget is not None else None
+        # a record that spent from the budget is kept while it is in the window
+        self.retention = max(
+            ctx.settings.record_retention, budget.window_s if budget is not None else 0.0
+        )
+        self.book = RecordBook(ctx.nc, ctx.topology, 2 * self.retention)
         self.book.on_change(self.record_changed)
         self.dirty = asyncio.Event()
         self.changes = 0  # state changes applied, to tell a burst that is still arriving
@@ -136,6 +143,8 @@ class Quota:
 
     # -- flights and their holds ---------------------------------------------------------------
     def record_changed(self, _old: PlanRecord | None, new: PlanRecord | None) -> None:
+        if self.budgeting is not None:  # every instance: a new holder knows the spend
+            self.budgeting.learn(new)
         if new is not None and self.leading:  # a standby keeps the records, no flights
             self.flights.learn(new)
 
@@ -358,7 +367,7 @@ class Quota:
             self.flights.owed[:0] = await self.confirmer.pay(owed)
         now, clock = self.ctx.now(), time.monotonic()
         store = self.confirmer.store
-        retention = self.ctx.settings.record_retention
+        retention = self.retention
         for plan_id, (rec, revision) in list(self.book.records.items()):
             if rec.state in TERMINAL and (now - rec.updated_at).total_seconds() > retention:
                 try:
@@ -475,6 +484,11 @@ class Quota:
                 if not self.flights.may_request(key, seq):
                     claimed |= kueue_victims(d)
                     continue
+                held = self.held_back(snapshot, d, state.priority_of(wl))
+                if held is not None:
+                    if self.fresh(key, ("Budget", wl.resource_version)):
+                        outbox.append(self.budget_pending(d, wl.uid, wl.resource_version, held))
+                    continue
                 outbox.append(
                     self.request(
                         key,
@@ -515,12 +529,16 @@ class Quota:
                         ),
                         self.fresh,
                         lambda pre: decides_namespace(state, pre.ref.split("/")[1], authority),
+                        lambda pre, d: self.held_back(snapshot, d, pre.priority),
                     )
             except InvalidInput as exc:  # e.g. a pod whose PriorityClass is not here yet
                 log.warning("node-level decisions skipped until the state changes", error=str(exc))
         self.retry_due = self.flights.next_retry()
-        ends = snapshot.next_tolerance_end(now.timestamp())
-        self.wake_due = None if ends is None else time.monotonic() + ends - now.timestamp()
+        ends = [snapshot.next_tolerance_end(now.timestamp())]
+        if self.budgeting is not None:  # a held preemption asks again when budget frees up
+            ends.append(self.budgeting.next_release(now))
+        due = min((e for e in ends if e is not None), default=None)
+        self.wake_due = None if due is None else time.monotonic() + due - now.timestamp()
         # One cycle's events and records go out together: their acknowledgements overlap.
         assert self.confirmer is not None
         creating = [
@@ -644,6 +662,33 @@ class Quota:
         elif isinstance(event, events.PreemptionInfeasible):
             await self.confirmer.infeasible(event, self.replica.seq)
 
+    def held_back(self, snapshot: Any, d: Decision, priority: int) -> str | None:
+        """Why the disruption budget holds the preemption ``d`` back now, or None."""
+        if self.budgeting is None:
+            return None
+        return self.budgeting.held(snapshot, d, priority)
+
+    def budget_pending(self, d: Decision, uid: str, version: str, why: str) -> events.Pending:
+        key = key_of(d.preemptor)
+        log.info("preemption held back by the disruption budget", workload=d.preemptor, why=why)
+        return events.Pending(
+            id=events.stable_id("pending", key, version, "disruption budget", why),
+            occurred_at=self.ctx.now(),
+            workload=d.preemptor,
+            uid=uid,
+            cluster_queue=d.queue.removeprefix("ClusterQueue/"),
+            mode=d.mode,
+            message=why,
+        )
+
+    def charge(
+        self, rec: PlanRecord, p: events.PlanProposed
+    ) -> tuple[str | None, dict[str, object]]:
+        """The disruption budget at confirmation (``budgeting.Budgeting.confirm``)."""
+        assert self.budgeting is not None
+        now = self.ctx.now()
+        return self.budgeting.confirm(self.live.snapshot(now), self.replica.state, rec, p, now)
+
     def check(self, rec: PlanRecord, p: events.PlanProposed) -> str | None:
         """Why the proposal must be rejected against the live ledger and nodes, or None
         (an illegitimate victim counted by the rule that refuses it)."""
@@ -702,6 +747,8 @@ class Quota:
             self.ctx.now,
             f"quota/{self.instance}",
             lease,
+            charge=self.charge if self.budgeting is not None else None,
+            uncharge=self.budgeting.release if self.budgeting is not None else None,
         )
         await ctx.persevering("rebuild the cluster state", self.live.start)
         await ctx.persevering("read the plan records", self.book.start)

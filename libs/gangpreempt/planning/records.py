@@ -100,6 +100,11 @@ class PlanRecord(msgspec.Struct, frozen=True, kw_only=True):
     # W3C trace context of the decision (its quota cycle): the actuator's work and the
     # admission continue that trace.
     trace: dict[str, str] = msgspec.field(default_factory=dict)
+    # The disruption budget (planning/budget.py): what the plan cost when quota confirmed
+    # it, in the budget's unit, from which scope's budget, and when ("" / None: no budget)
+    disruption: float = 0.0
+    disruption_scope: str = ""
+    confirmed_at: datetime | None = None
 
 
 def new_record(

@@ -146,6 +146,17 @@ EVENTS_PUBLISHED = Counter(
     "Events published, by type.",
     ["type"],
 )
+DISRUPTION_HELD = Counter(
+    "gangpreempt_disruption_budget_held_total",
+    "Preemptions held back by the disruption budget, when requested or confirmed.",
+    ["stage"],
+)
+DISRUPTION_SPENT = Gauge(
+    "gangpreempt_disruption_budget_spent",
+    "What a budget scope (the cluster, or a cohort tree) spent in the window, in the "
+    "budget's unit (victims or lost GPU-hours), as of its last check.",
+    ["scope"],
+)
 DECISION_BATCH_SIZE = Histogram(
     "gangpreempt_decision_batch_events",
     "Decision events sent together in one DecisionBatch message (group commit), by type.",
