@@ -84,6 +84,8 @@ class Ingest:
             else None
         )
         self.steps = load_timeline(self.scenario) if self.sim else []
+        # the steps an event triggers (the others are timed): looked at per event
+        self.triggered = [i for i, s in enumerate(self.steps) if s.when is not None]
         # Files the timeline applies later are not part of the starting state.
         later = frozenset(str(Path(self.scenario) / s.apply) for s in self.steps if s.apply)
         self.source = ManifestSource(self.scenario, exclude=later)
@@ -243,8 +245,8 @@ class Ingest:
         if isinstance(event, events.Admitted):
             await self.sim.admit(event)
         preemptor = getattr(event, "preemptor", None) or getattr(event, "workload", None)
-        for i, step in enumerate(self.steps):
-            if i not in self.fired and matches(step, events.event_type(event), preemptor):
+        for i in self.triggered:
+            if i not in self.fired and matches(self.steps[i], events.event_type(event), preemptor):
                 await self.fire(i)
         await self.sim.flush()  # acknowledged once what it changed is stored
 
@@ -275,7 +277,7 @@ class Ingest:
         )
 
     def triggers_pending(self) -> bool:
-        return any(s.when is not None and i not in self.fired for i, s in enumerate(self.steps))
+        return any(i not in self.fired for i in self.triggered)
 
     async def play(self, step: Step) -> None:
         """One step, in a span of its own (the child of the event that triggered it): the

@@ -3,9 +3,10 @@
 
 Each worker keeps its own STATE replica and computes with the same core call as
 ``gangpreempt plan --workload``; victims already promised to other preemptors (listed in
-the request) are not candidates. Before answering, a worker reads the plan's record:
-a request already answered, or given up by quota, gets no second answer. Nothing is
-actuated here.
+the request) are not candidates. Before answering a request delivered again, or one
+old enough that quota may have given it up, a worker reads the plan's record: a request
+already answered, or given up, gets no second answer (a fresh first delivery is
+searched at once: issue 26, one read fewer per decision). Nothing is actuated here.
 
 Searches under a flood (issue 25). A search is synchronous CPU work on the event loop,
 the loop that also applies STATE changes (the replica's follower) and answers the NATS
@@ -113,7 +114,7 @@ class Victims:
             return
         assert self.store is not None
         plan_id = events.stable_id("plan", event.request_id)
-        found = await self.store.get(plan_id)
+        found = await self.store.get(plan_id) if self.may_be_answered(event, delivery) else None
         if found is not None and found[0].state != REQUESTED:
             # Answered already (a redelivery, a duplicate) or given up: nothing to do.
             log.info("request already answered", plan_id=plan_id, state=found[0].state)
@@ -124,6 +125,17 @@ class Victims:
             answer = self.answer(event)  # synchronous: nothing changes the state meanwhile
         fault("before-answer")  # the search done, its answer not yet sent
         await self.ctx.publisher.publish(answer)
+
+    def may_be_answered(self, req: events.PreemptionRequested, delivery: Delivery) -> bool:
+        """Whether the request's record is worth reading before the search: it came
+        before (a redelivery), or it is old enough that quota may have given it up (a
+        backlog). A fresh first delivery is searched at once: a copy of it (a duplicate
+        past the stream's deduplication) gets the same answer, same id, and quota
+        answers a proposal it has seen with the answer its record holds."""
+        if delivery.num_delivered > 1:
+            return True
+        age = (self.ctx.now() - req.occurred_at).total_seconds()
+        return age > self.ctx.settings.plan_timeout / 4
 
     def answer(self, req: events.PreemptionRequested) -> events.Event:
         state, now = self.replica.state, self.ctx.now()

@@ -212,6 +212,9 @@ class RecordBook:
     async def _on_msg(self, msg: Msg) -> None:
         key = msg.subject[len(self.prefix) :]
         seq = msg.metadata.sequence.stream
+        known = self.records.get(key)
+        if known is not None and known[1] >= seq:
+            return  # its own write, learned when it was written: nothing to decode
         operation = (msg.headers or {}).get(KV_OPERATION)
         if operation in ("DEL", "PURGE") or not msg.data:
             self.learn(None, seq, key, tombstone=EXPIRES not in (msg.headers or {}))
