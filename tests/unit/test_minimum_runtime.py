@@ -227,3 +227,89 @@ def test_quota_refuses_a_proposal_that_takes_a_victim_inside_its_minimum_runtime
     assert illegitimate(st_, forged, now=NOW + timedelta(hours=2)) is None  # window over
     st_.workloads["default/in"] = pending("in", "q", {"cpu": 4000}, 1000)
     assert illegitimate(st_, forged, now=NOW) is None  # the minimum may preempt
+
+
+def nodes_with_a_kueue_pod(seconds: int = 7200) -> ClusterState:
+    """Two 8-GPU nodes: n0 runs the pod of Kueue Workload ``w`` (priority 10, class
+    ``training``: a minimum runtime against preemptors below 2000, admitted at T0), n1 a
+    plain pod of priority 20. The search prefers the lower-priority victim."""
+    from gangpreempt.model.pods import Node, Pod
+
+    gpu = "nvidia.com/gpu"
+    cq = cluster_queue("q", {"default": {gpu: quota(8)}})
+    wl = with_class(admitted("w", "q", {gpu: ("default", 8)}, at=0), "training")
+    st_ = state([cq], [wl])
+    st_.workload_priority_classes["training"] = WorkloadPriorityClass(
+        "training", 10, minimum_preemptable_priority=2000, toleration_seconds=seconds
+    )
+    for i in range(2):
+        st_.nodes[f"n{i}"] = Node(f"n{i}", {gpu: 8, "pods": 110})
+    started = T0 + timedelta(minutes=1)
+    st_.pods["default/kw"] = Pod(
+        "default",
+        "kw",
+        {gpu: 8},
+        priority=10,
+        node_name="n0",
+        start_time=started,
+        scheduled_at=started,
+        kueue_workload="default/w",
+    )
+    st_.pods["default/plain"] = Pod(
+        "default",
+        "plain",
+        {gpu: 8},
+        priority=20,
+        node_name="n1",
+        start_time=started,
+        scheduled_at=started,
+    )
+    st_.pods["default/pre"] = Pod("default", "pre", {gpu: 8}, priority=1000)
+    return st_
+
+
+@pytest.mark.parametrize(
+    ("seconds", "victim"), [(7200, "Pod/default/plain"), (0, "Workload/default/w")]
+)
+def test_on_the_nodes_a_kueue_workloads_pods_are_spared_inside_its_minimum_runtime(
+    seconds: int, victim: str
+) -> None:
+    st_ = nodes_with_a_kueue_pod(seconds)
+    (d,) = plan(st_, NOW, workload="Pod/default/pre").decisions
+    assert d.outcome == "Preempt"
+    assert [v.object for v in d.victims] == [victim]
+    if seconds:  # explain says why the cheaper one is spared
+        found = explain(st_, NOW, "Pod/default/pre")
+        verdicts = {v.object: v for v in found.others}
+        # the Workload's pods are one unit on the nodes, named by the Workload
+        spared = verdicts["Workload/default/w"]
+        assert spared.rule == TOLERATED
+        assert "its Workload default/w is inside its minimum runtime" in spared.why
+
+
+def test_quota_refuses_a_node_plan_taking_a_kueue_workloads_pod_inside_its_window() -> None:
+    from gangpreempt import events
+    from gangpreempt.planning.legitimacy import MINIMUM_RUNTIME, illegitimate
+    from tests.validating import proposal
+
+    st_ = nodes_with_a_kueue_pod()
+    victim = events.PlannedVictim(
+        object="Pod/default/kw",
+        uid="",
+        resource_version="",
+        reason="Preempted",
+        cluster_queue="",
+        priority=10,
+        pods=("Pod/default/kw",),
+    )
+    forged = proposal("Pod/default/pre", (victim,), {"Pod/default/pre": "n0"}, "")
+    refused = illegitimate(st_, forged, node_level=True, now=NOW)
+    assert refused is not None
+    assert refused.rule == MINIMUM_RUNTIME
+    assert "its Workload default/w" in refused
+    assert illegitimate(st_, forged, node_level=True, now=NOW + timedelta(hours=2)) is None
+    whole = msgspec.structs.replace(victim, object="Workload/default/w")
+    forged = proposal("Pod/default/pre", (whole,), {"Pod/default/pre": "n0"}, "")
+    refused = illegitimate(st_, forged, node_level=True, now=NOW)
+    assert refused is not None
+    assert refused.rule == MINIMUM_RUNTIME

@@ -23,7 +23,7 @@ from gangpreempt.planning.planning import parse_object_ref, plan, promised_refs
 from gangpreempt.preemption.candidates import Classifier, Request, victim_cost_name
 from gangpreempt.preemption.capacity import GangCapacity
 from gangpreempt.preemption.jobquota import quota_of
-from gangpreempt.preemption.units import Unit, tolerates
+from gangpreempt.preemption.units import Unit, tolerates, workload_tolerance
 from gangpreempt.quota import toleration
 from gangpreempt.quota.modes import Mode
 from gangpreempt.quota.pending import PendingWorkload
@@ -226,9 +226,14 @@ class _NodeRules:
         )
 
     def _tolerated(self, unit: Unit) -> str | None:
-        """Why the unit's PriorityClass tolerates the preemptor (``units.tolerates``
-        decides), and until when."""
+        """Why the unit's PriorityClass, or the Kueue Workload its pods run, tolerates the
+        preemptor (``units.tolerates``, ``units.workload_tolerance`` decide), and until
+        when."""
         for pod in unit.pods:
+            tol = workload_tolerance(self.planner.cluster.state, pod, self.now)
+            if toleration.tolerates(tol, self.pre.priority, self.now.timestamp()):
+                assert tol is not None
+                return f"its Workload {pod.kueue_workload} is {toleration.describe(tol)}"
             pc = self.planner.cluster.priority_class_of(pod)
             if pc is None or not tolerates(pc, self.pre.priority, pod, self.now):
                 continue

@@ -380,8 +380,14 @@ class Judge:
                 return Refusal(
                     NON_PREEMPTIBLE, f"victim pod {pod.ref} is labelled {PREEMPTIBLE_LABEL}=false"
                 )
-        if wl is not None and not self.node_level:
-            refused = self._minimum_runtime(v, wl)
+        # A Kueue victim inside its minimum runtime; on the nodes, a Kueue Workload's pods
+        # too (the search spares them: ``units.workload_tolerance``)
+        owners = [wl] if wl is not None else []
+        if self.node_level or not workload:
+            keys = sorted({p.kueue_workload for p in pods if p.kueue_workload})
+            owners += [o for k in keys if (o := st.workloads.get(k)) is not None and o is not wl]
+        for owner in owners:
+            refused = self._minimum_runtime(v, owner)
             if refused is not None:
                 return refused
         on_nodes = self.node_level or not workload
@@ -402,10 +408,11 @@ class Judge:
         tol = toleration.tolerance(st, wl, cq, st.priority_of(wl), reserved.timestamp())
         if tol is None or not toleration.tolerates(tol, self.priority, now.timestamp()):
             return None
+        whose = "" if v.object == f"{WORKLOAD}{wl.key}" else f" (its Workload {wl.key})"
         return Refusal(
             MINIMUM_RUNTIME,
-            f"victim {v.object} is {toleration.describe(tol)}, and {self.preemptor}'s priority "
-            f"is {self.priority}",
+            f"victim {v.object}{whose} is {toleration.describe(tol)}, and {self.preemptor}'s "
+            f"priority is {self.priority}",
         )
 
     def _priority_refusal(self, v: events.PlannedVictim) -> Refusal | None:

@@ -4,6 +4,7 @@ their importance order, and the PodDisruptionBudgets they would violate."""
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
@@ -11,10 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import PODS, PREEMPTIBLE_LABEL, UNIT_GROUP, Pod
 from gangpreempt.model.queues import PriorityClass
 from gangpreempt.placement.cluster import NodeCluster, add_into
 from gangpreempt.preemption.columns import NodeColumns, SlotData
+from gangpreempt.quota import toleration
+from gangpreempt.quota.toleration import Tolerance
 
 NON_PREEMPTIBLE = "false"
 
@@ -62,6 +66,20 @@ def importance_of(unit: Unit) -> tuple[int, int, int, datetime, str]:
     grouped = unit.is_group or bool(unit.pods and unit.pods[0].group)
     size = -len(unit.pods) if grouped else 0
     return (-unit.priority, 0 if grouped else 1, size, unit.start, unit.ref)
+
+
+def workload_tolerance(state: ClusterState, pod: Pod, now: datetime) -> Tolerance | None:
+    """The minimum runtime of the Kueue Workload that runs ``pod`` (``quota.toleration``:
+    its class's, else its ClusterQueue's), or None (no Workload, not admitted, no
+    policy). A Workload's pods are spared on the nodes as the Workload is at quota level
+    (issue 27); their own PriorityClass's toleration still applies beside it."""
+    wl = state.workloads.get(pod.kueue_workload) if pod.kueue_workload else None
+    if wl is None or wl.admission is None:
+        return None
+    reserved = wl.quota_reserved_at or now
+    return toleration.tolerance(
+        state, wl, wl.admission.cluster_queue, state.priority_of(wl), reserved.timestamp()
+    )
 
 
 def tolerates(pc: PriorityClass | None, preemptor_priority: int, pod: Pod, now: datetime) -> bool:
@@ -271,12 +289,18 @@ class UnitTable:
         whether its start or toleration depends on the clock (a pod without a start
         time, a toleration that runs out)."""
         guarded = timed = False
-        classes = self.cluster.state.priority_classes
+        state = self.cluster.state
+        classes = state.priority_classes
         for pod in unit.pods:
             if pod.start_time is None:
                 timed = True
             if pod.labels.get(PREEMPTIBLE_LABEL) == NON_PREEMPTIBLE:
                 guarded = True
+            if pod.kueue_workload:
+                tol = workload_tolerance(state, pod, self.now)
+                if tol is not None:
+                    guarded = True
+                    timed = timed or not math.isinf(tol[1])
             if not classes:
                 continue
             pc = self.cluster.priority_class_of(pod)
@@ -474,6 +498,10 @@ class UnitTable:
             pc = self.cluster.priority_class_of(pod)
             if tolerates(pc, preemptor_priority, pod, self.now):
                 return f"{pod.ref} tolerates preemption (PriorityClass {pc.name if pc else ''})"
+            tol = workload_tolerance(self.cluster.state, pod, self.now)
+            if toleration.tolerates(tol, preemptor_priority, self.now.timestamp()):
+                assert tol is not None
+                return f"{pod.ref}: its Workload {pod.kueue_workload} is {toleration.describe(tol)}"
         return None
 
     def candidates(self, preemptor_priority: int, exclude: Iterable[str] = ()) -> list[Unit]:
@@ -517,4 +545,4 @@ def _entry_importance(
     return entry[0].importance()
 
 
-__all__ = ["Unit", "UnitTable", "importance_of", "tolerates"]
+__all__ = ["Unit", "UnitTable", "importance_of", "tolerates", "workload_tolerance"]
