@@ -17,6 +17,7 @@ import msgspec
 
 from gangpreempt.cli.main import victim_cost_option
 from gangpreempt.errors import EXIT_INVALID, InvalidInput
+from gangpreempt.planning.budget import SCOPES, Budget, parse_budget
 from gangpreempt.preemption.candidates import core_victim_cost
 from gangpreempt.simulation.inputs import (
     ReplayInput,
@@ -26,7 +27,7 @@ from gangpreempt.simulation.inputs import (
     replay_input,
 )
 from gangpreempt.simulation.optimum import Optimality, measure
-from gangpreempt.simulation.replay import POLICIES, Replay
+from gangpreempt.simulation.replay import BUDGETED, POLICIES, Replay
 from gangpreempt.simulation.report import PolicyReport, Series, policy_report
 from gangpreempt.simulation.trace import PRIORITY_MODES, at, origin_of, read_trace
 
@@ -150,6 +151,7 @@ def print_table(result: SimulationResult) -> None:
         f"termination {syn['termination_delay_s']:.0f} s, cycle {syn['cycle_s']:.0f} s, "
         f"victim cost {syn['victim_cost']}"
         + (f", minimum runtime {syn['min_runtime_s']:.0f} s" if syn.get("min_runtime_s") else "")
+        + _budget_text(syn.get("disruption_budget"))
     )
     table = Table(show_lines=False)
     table.add_column("measure")
@@ -166,6 +168,11 @@ def print_table(result: SimulationResult) -> None:
     row("partial-gang evictions", [str(r.outcomes.partial_gang_evictions) for r in rs])
     row("thrash", [str(r.outcomes.thrash) for r in rs])
     row("lost GPU-hours", [f"{r.outcomes.lost_gpu_hours:.1f}" for r in rs])
+    if syn.get("disruption_budget"):
+        row(
+            "held by the budget",
+            [str(r.outcomes.budget_held) if r.policy in BUDGETED else "-" for r in rs],
+        )
     priorities = sorted({p for r in rs for p in r.outcomes.wait_s}, key=int, reverse=True)
     for p in priorities:
         for q in ("p50", "p95", "p99"):
@@ -203,6 +210,32 @@ def print_table(result: SimulationResult) -> None:
                     else ""
                 )
             )
+
+
+def _budget_text(budget: Any) -> str:
+    """The header's words for the disruption budget of ``synthesized`` (none: nothing)."""
+    if not budget:
+        return ""
+    b = Budget(
+        budget["limit"], budget["unit"], budget["window_s"], budget["scope"], budget["bypass"]
+    )
+    bar = (
+        f", priority above {b.bypass_priority} never held" if b.bypass_priority is not None else ""
+    )
+    return f", disruption budget {b.describe()} ({b.scope}{bar})"
+
+
+def _budget_json(budget: Budget | None) -> dict[str, Any] | None:
+    if budget is None:
+        return None
+    return {
+        "limit": budget.limit,
+        "unit": budget.unit,
+        "window_s": budget.window_s,
+        "scope": budget.scope,
+        "bypass": budget.bypass_priority,
+        "policies": list(BUDGETED),
+    }
 
 
 def _human(seconds: float) -> str:
@@ -257,6 +290,29 @@ def _human(seconds: float) -> str:
     "it; pod-immediate does not.",
 )
 @click.option(
+    "--disruption-budget",
+    default="",
+    metavar="TEXT",
+    help="A cluster-wide disruption budget on gangpreempt's plans (the gangpreempt and "
+    "optimal-victims policies): at most N victims, or N lost GPU-hours, evicted per sliding "
+    "window ('20 victims/1h', '50 gpu-hours/30m'); a preemption that would exceed it waits. "
+    "Default: none.",
+)
+@click.option(
+    "--disruption-budget-scope",
+    type=click.Choice(SCOPES),
+    default="cluster",
+    show_default=True,
+    help="One budget for the cluster, or one per cohort tree.",
+)
+@click.option(
+    "--disruption-budget-bypass",
+    type=int,
+    default=None,
+    metavar="PRIORITY",
+    help="A preemptor of priority strictly above it is never held back by the budget.",
+)
+@click.option(
     "--policy",
     "policies",
     multiple=True,
@@ -296,6 +352,9 @@ def simulate_command(
     termination_delay: str,
     cycle: str,
     min_runtime: str,
+    disruption_budget: str,
+    disruption_budget_scope: str,
+    disruption_budget_bypass: int | None,
     policies: tuple[str, ...],
     output: str,
     victim_cost: str,
@@ -307,6 +366,12 @@ def simulate_command(
     compare what each costs: evictions (unnecessary, partial-gang, thrash), lost
     GPU-hours, waits, utilization."""
     try:
+        budget = parse_budget(
+            disruption_budget,
+            disruption_budget_scope,
+            "" if disruption_budget_bypass is None else str(disruption_budget_bypass),
+            what="--disruption-budget",
+        )
         trace = read_trace(trace_path)
         start = origin_of(origin or known_origin(trace_path))
         quotas = None
@@ -326,6 +391,7 @@ def simulate_command(
             cycle_s=parse_duration("--cycle", cycle),
             victim_cost=core_victim_cost(victim_cost),
             min_runtime_s=parse_duration("--min-runtime", min_runtime),
+            disruption_budget=budget,
         )
         if quotas is not None:
             missing = sorted({j.queue for j in replay.jobs} - set(quotas))
@@ -364,6 +430,7 @@ def simulate_command(
             "cycle_s": s.cycle_s,
             "victim_cost": victim_cost,
             "min_runtime_s": s.min_runtime_s,
+            "disruption_budget": _budget_json(s.disruption_budget),
         },
         policies=[r for r, _, _ in results],
         optimum=next((o for _, _, o in results if o is not None), None),

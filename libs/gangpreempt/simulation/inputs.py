@@ -14,6 +14,7 @@ import msgspec
 
 from gangpreempt.errors import InvalidInput
 from gangpreempt.manifests import load
+from gangpreempt.planning.budget import Budget
 from gangpreempt.simulation.replay import Settings
 from gangpreempt.simulation.trace import (
     Job,
@@ -108,6 +109,7 @@ def replay_input(
     cycle_s: float,
     victim_cost: str = "",
     min_runtime_s: float = 0.0,
+    disruption_budget: Budget | None = None,
 ) -> ReplayInput:
     if gpus_per_node < 1:
         raise InvalidInput(f"--gpus-per-node {gpus_per_node}: expected at least 1")
@@ -146,6 +148,7 @@ def replay_input(
         cycle_s=cycle_s,
         victim_cost=victim_cost,
         min_runtime_s=min_runtime_s,
+        disruption_budget=disruption_budget,
     )
     return ReplayInput(jobs, settings, (start, end), sized, round(load_gpus, 1))
 

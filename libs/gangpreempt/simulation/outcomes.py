@@ -4,7 +4,8 @@ A replay writes one ``Record`` per thing that happened to a job, in time order (
 records of one instant in the order they happened):
 ``arrived``; ``started`` (its pods bound, ``gpus`` of them busy); ``evicted`` (as a
 victim of ``preemptor``: ``pods`` of its ``of_pods`` pods evicted); ``gone`` (the
-victim's pods have terminated, its GPUs are free); ``finished``. From it:
+victim's pods have terminated, its GPUs are free); ``finished``; ``held`` (its
+preemption held back by the disruption budget, logged once per incarnation). From it:
 
 - **evictions**, and the victims' pods and GPUs;
 - **unnecessary evictions**: the preemptor did not start by one cycle after the last of
@@ -17,7 +18,8 @@ victim's pods have terminated, its GPUs are free); ``finished``. From it:
   (checkpoints every ``checkpoint_interval_s`` from its latest start) times its GPUs;
 - the **wait** from arrival to first start, per priority (p50 / p95 / p99), and the
   **completion time** from arrival to finish;
-- **GPU utilization** over time, in buckets.
+- **GPU utilization** over time, in buckets;
+- **held by the budget**: the preemptions the disruption budget held back at least once.
 
 Every measure is computed from the log alone: the same code judges every policy."""
 
@@ -33,7 +35,8 @@ STARTED = "started"
 EVICTED = "evicted"
 GONE = "gone"
 FINISHED = "finished"
-KINDS = (ARRIVED, STARTED, EVICTED, GONE, FINISHED)
+HELD = "held"
+KINDS = (ARRIVED, STARTED, EVICTED, GONE, FINISHED, HELD)
 
 
 class Record(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -41,7 +44,7 @@ class Record(msgspec.Struct, frozen=True, omit_defaults=True):
     kind: str
     job: str
     gpus: int = 0  # started / evicted: the job's GPUs
-    priority: int = 0  # arrived: the job's priority
+    priority: int = 0  # arrived, held: the job's priority
     preemptor: str = ""  # evicted: for whom
     pods: int = 0  # evicted: pods evicted
     of_pods: int = 0  # evicted: pods the job runs
@@ -66,6 +69,7 @@ class Outcomes(msgspec.Struct, frozen=True):
     completion_s: Percentiles
     jobs_started: int
     jobs_finished: int
+    budget_held: int = 0  # preemptions the disruption budget held back at least once
 
 
 def percentiles(values: Sequence[float]) -> Percentiles:
@@ -99,7 +103,7 @@ def outcomes(
     # per preemption (preemptor, eviction time): its victims' gone times
     plans: dict[tuple[str, float], list[str]] = {}
     gone_at: dict[tuple[str, float], float] = {}  # (victim, its eviction time) -> gone
-    evictions = victim_pods = victim_gpus = partial = thrash = 0
+    evictions = victim_pods = victim_gpus = partial = thrash = held = 0
     lost = 0.0
     finished: list[float] = []
     evicted_at: dict[str, float] = {}
@@ -138,6 +142,8 @@ def outcomes(
             running_since.pop(r.job, None)
             if r.job in arrived:
                 finished.append(r.at - arrived[r.job][0])
+        elif r.kind == HELD:
+            held += 1
     starts: dict[str, list[float]] = {}
     for r in records:
         if r.kind == STARTED:
@@ -168,6 +174,7 @@ def outcomes(
         completion_s=percentiles(finished),
         jobs_started=len(first_start),
         jobs_finished=len(finished),
+        budget_held=held,
     )
 
 
@@ -208,6 +215,7 @@ __all__ = [
     "EVICTED",
     "FINISHED",
     "GONE",
+    "HELD",
     "STARTED",
     "Outcomes",
     "Percentiles",

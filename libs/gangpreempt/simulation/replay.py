@@ -25,6 +25,15 @@ Every decision is the core's, called as the services call it:
   (``optimum.solve``, exact, so slow: for small windows), placed where the solver puts
   the pods.
 
+A disruption budget (``Settings.disruption_budget``, ``planning.budget``) binds the two
+policies that preempt through gangpreempt's plans (``gangpreempt``, ``optimal-victims``),
+as the quota service applies it: checked when a preemption would be requested (against
+what was charged before the pass: a held preemptor does not preempt, holds nothing, and
+is logged ``held`` the first time), checked again and charged when its plan is
+confirmed (so two plans of one pass cannot both take the last of it), released when the
+actuator's barrier drops the plan before it evicts anything; the replay wakes when the
+held scope's next charge leaves the window.
+
 The cycle runs at most every ``cycle_s`` of virtual time, after the events (arrivals,
 completions, victims gone) up to it. Workloads Kueue would park as inadmissible are not
 evaluated again while they provably stay Pending (``planning.parking``, as the quota
@@ -50,6 +59,7 @@ from gangpreempt.model import kinds
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.pods import Pod
 from gangpreempt.planning.barrier import PlannedObject, live_object, stale_reason
+from gangpreempt.planning.budget import Budget, Charge, Spending, plan_cost, scope_key
 from gangpreempt.planning.deciding import Evaluation
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim
 from gangpreempt.planning.inflight import PlanInFlight, rejection
@@ -63,7 +73,15 @@ from gangpreempt.quota.snapshot import Snapshot
 from gangpreempt.quota.tree import cq_available
 from gangpreempt.simulation.jobstate import JobObjects, index_of, job_of, placement_of
 from gangpreempt.simulation.optimum import LOST_GPU_HOURS, Problem, solve
-from gangpreempt.simulation.outcomes import ARRIVED, EVICTED, FINISHED, GONE, STARTED, Record
+from gangpreempt.simulation.outcomes import (
+    ARRIVED,
+    EVICTED,
+    FINISHED,
+    GONE,
+    HELD,
+    STARTED,
+    Record,
+)
 from gangpreempt.simulation.podroom import PodRoom
 from gangpreempt.simulation.problems import PassView
 from gangpreempt.simulation.trace import Job
@@ -75,9 +93,12 @@ GANG_UNCONFIRMED = "gang-unconfirmed"
 NO_PREEMPTION = "no-preemption"
 OPTIMAL_VICTIMS = "optimal-victims"
 POLICIES = (GANGPREEMPT, POD_IMMEDIATE, GANG_UNCONFIRMED, NO_PREEMPTION, OPTIMAL_VICTIMS)
+# the policies whose preemptions are gangpreempt's plans: the disruption budget binds them
+BUDGETED = (GANGPREEMPT, OPTIMAL_VICTIMS)
 
 # event kinds, in the order they are taken at the same instant
-_GONE, _FINISH, _ARRIVE, _WAKE = 0, 1, 2, 3  # _WAKE: a minimum runtime ends (a cycle then)
+# _WAKE: a minimum runtime ends, or a disruption-budget charge leaves its window (a cycle then)
+_GONE, _FINISH, _ARRIVE, _WAKE = 0, 1, 2, 3
 
 
 class Settings(msgspec.Struct, frozen=True):
@@ -90,6 +111,8 @@ class Settings(msgspec.Struct, frozen=True):
     cycle_s: float = 10.0
     victim_cost: str = ""  # "" (Kueue's order) or "lost-gpu-hours" (gangpreempt's opt-in)
     min_runtime_s: float = 0.0  # a minimum runtime every ClusterQueue gives (0: none)
+    # the cluster-wide disruption budget (``planning.budget``) on the BUDGETED policies
+    disruption_budget: Budget | None = None
 
 
 class Stats(msgspec.Struct):
@@ -97,6 +120,7 @@ class Stats(msgspec.Struct):
     decisions: int = 0  # decisions the core made (admission pass and node planner)
     preemptions: int = 0  # plans actuated (or pods preempting, pod-immediate)
     rejected: int = 0  # plans the confirmation or the barrier refused
+    budget_held: int = 0  # times the disruption budget held a preemption back (either check)
     seconds: float = 0.0  # wall-clock time of the run
     end_s: float = 0.0  # virtual time of the last event
     parked: int = 0  # decisions given without a search: parked workloads, pods and gangs
@@ -157,6 +181,11 @@ class Replay:
         self._heap: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
         self._plans = 0
+        budget = settings.disruption_budget
+        # what each scope spent of the disruption budget (the quota service's ``Budgeting``)
+        self.spending = Spending(budget) if budget is not None and policy in BUDGETED else None
+        self._held_once: set[tuple[str, int]] = set()  # (preemptor job, incarnation) held
+        self._wakes: set[float] = set()  # budget wake-ups pushed
         for j in jobs:
             self._push(float(j.submit_s), _ARRIVE, j.job_id, 0)
 
@@ -357,10 +386,18 @@ class Replay:
         self.stats.decisions += len(decisions)
         if self.decisions_seen is not None:
             self.decisions_seen.append((at, decisions))
+        # The disruption budget, before a preemption is requested: against what was
+        # charged before this pass (as quota's cycle, whose charges come at confirmation).
+        held: set[str] = set()
+        if self.spending is not None and any(d.outcome == PREEMPT for d in decisions):
+            self.spending.forget(self._at(at))
+            for d in decisions:
+                if d.outcome == PREEMPT and self._budget(at, snapshot, d)[2] is not None:
+                    held.add(d.preemptor)
         if self.problems is not None and any(d.outcome == PREEMPT for d in decisions):
             view = self._view(snapshot)
             for d in decisions:
-                if d.outcome == PREEMPT:
+                if d.outcome == PREEMPT and d.preemptor not in held:
                     ours = tuple(sorted(v.object for v in d.victims))
                     self.problems.append((view.problem(d, available.get(d.preemptor)), ours))
                 view.apply(d)
@@ -368,12 +405,45 @@ class Replay:
         for d in decisions:
             if d.outcome == ADMIT:
                 self._admit(at, job_of(d.preemptor), placement_of(d.placement))
-            elif d.outcome == PREEMPT and self.policy != NO_PREEMPTION:
-                preempting.append(d)
+            elif d.outcome == PREEMPT and self.policy != NO_PREEMPTION and d.preemptor not in held:
+                preempting.append(d)  # held: it waits, holding nothing
         for d in preempting:
             self._preempt(at, d)
         if quota_only:
             self._place_reserved(at)
+
+    def _budget(
+        self, at: float, snapshot: Snapshot, d: Decision, plan_id: str = ""
+    ) -> tuple[str, float, str | None]:
+        """The disruption budget on the preemption ``d``: its scope, its cost and why it
+        must wait (None: it may go). Held, it is logged the first time (per incarnation)
+        and the replay wakes when the scope's next charge leaves the window. ``plan_id``:
+        the check at confirmation, the plan's own charge left out."""
+        assert self.spending is not None
+        budget = self.spending.budget
+        scope = scope_key(budget, snapshot, d.queue)
+        cost = plan_cost(budget, snapshot, ((v.object, v.pods) for v in d.victims), self.now)
+        wl = self.state.workloads[d.preemptor.removeprefix("Workload/")]
+        priority = self.state.priority_of(wl)
+        now_ts = self._at(at)
+        reason = self.spending.held(scope, cost, priority, now_ts, but=plan_id)
+        if reason is None:
+            return scope, cost, None
+        self.stats.budget_held += 1
+        job = job_of(d.preemptor)
+        episode = (job, self.objects[job].incarnation)
+        if episode not in self._held_once:
+            self._held_once.add(episode)
+            self.log.append(Record(at, HELD, job, priority=priority))
+        release = self.spending.next_release(scope, now_ts, but=plan_id)
+        if release is not None:
+            wake = release - self.origin.timestamp()
+            if wake <= at:  # never the same instant again (rounding)
+                wake = at + (self.settings.cycle_s or 1.0)
+            if wake not in self._wakes:
+                self._wakes.add(wake)
+                self._push(wake, _WAKE, "", 0)
+        return scope, cost, reason
 
     def _view(self, snapshot: Snapshot) -> PassView:
         """Room and quota now, with the plans in flight held (``problems``)."""
@@ -431,12 +501,18 @@ class Replay:
         wl = self.state.workloads[plan.preemptor]
         uids = {k: self.state.workloads[k].uid for k in plan.victims if k in self.state.workloads}
         claimed = {v: f.plan.plan_id for f in self.flights.values() for v in f.victim_refs}
-        reason = rejection(
-            self.ledger.current(self.now), plan, wl.uid, uids, self.ledger.held_victims
-        )
+        snapshot = self.ledger.current(self.now)
+        reason = rejection(snapshot, plan, wl.uid, uids, self.ledger.held_victims)
         if reason is None and d.placement:
             node_victims = [NodeVictim(v.object, "", tuple(v.pods)) for v in d.victims if v.pods]
             reason = victim_rejection(self.state, plan.plan_id, node_victims, claimed)
+        charged = False
+        if reason is None and self.spending is not None:
+            # quota's confirmation: the budget checked again, the plan charged if it may go
+            scope, cost, reason = self._budget(at, snapshot, d, plan.plan_id)
+            if reason is None:
+                self.spending.charge(Charge(plan.plan_id, scope, cost, self._at(at)))
+                charged = True
         if reason is None:
             planned = [_planned(self.state, v.object, v.pods) for v in d.victims]
             live = {
@@ -446,6 +522,9 @@ class Replay:
             }
             reason = stale_reason(PlannedObject(d.preemptor, wl.uid, ""), planned, live)
         if reason is not None:
+            if charged:  # dropped by the barrier before anything was evicted
+                assert self.spending is not None
+                self.spending.release(plan.plan_id)
             self.stats.rejected += 1
             return
         self.ledger.hold(plan)
@@ -561,6 +640,7 @@ def _planned(state: ClusterState, ref: str, pods: Sequence[str]) -> PlannedObjec
 
 
 __all__ = [
+    "BUDGETED",
     "GANGPREEMPT",
     "GANG_UNCONFIRMED",
     "NO_PREEMPTION",
