@@ -5,9 +5,7 @@ with fencing tokens, the state replica, and trace context across a hop."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
 
 import msgspec
 import pytest
@@ -27,6 +25,7 @@ from gangpreempt.errors import InvalidInput, Transient
 from gangpreempt.model import PodSet, Workload, kinds
 from gangpreempt.replica import StateReplica
 from gangpreempt.telemetry import setup_tracing
+from tests.integration.running import consume_actuator_events
 
 pytestmark = pytest.mark.integration
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -54,33 +53,6 @@ async def stream_messages(
             continue
     await sub.unsubscribe()
     return got
-
-
-async def consume_actuator_events(
-    nc: Client,
-    topology: Topology,
-    durable: str,
-    handler: Callable[[Any, Delivery], Awaitable[None]],
-    until: asyncio.Event,
-    timeout: float = 10.0,
-) -> None:
-    """Run quota's kind of consumer on the actuator's events until ``until`` is set."""
-    consumer = Consumer(
-        nc,
-        topology,
-        "quota",
-        durable=durable,
-        stream=topology.decisions_stream,
-        subjects=[topology.service_wildcard("actuator")],
-        handler=handler,
-    )
-    stop = asyncio.Event()
-    task = asyncio.ensure_future(consumer.run(stop))
-    try:
-        await asyncio.wait_for(until.wait(), timeout)
-    finally:
-        stop.set()
-        await task
 
 
 async def test_a_retried_publish_is_dropped_by_the_stream(nc: Client, topology: Topology) -> None:

@@ -16,12 +16,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gangpreempt import events
-from gangpreempt.bus import Consumer, Publisher, Topology
+from gangpreempt.bus import Publisher, Topology
 from gangpreempt.bus.consuming import Delivery
 from gangpreempt.bus.publishing import HEADER_BATCH, MAX_BATCH, groups
 from gangpreempt.bus.reading import read_subject
 from gangpreempt.errors import InvalidInput, Transient
 from gangpreempt.telemetry import setup_tracing
+from tests.integration.running import consume_actuator_events
 
 pytestmark = pytest.mark.integration
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -48,34 +49,6 @@ async def stored(nc: Client, topology: Topology) -> list[Any]:
     return await read_subject(
         nc.jetstream(), topology.decisions_stream, topology.service_wildcard("actuator")
     )
-
-
-async def consume(
-    nc: Client,
-    topology: Topology,
-    durable: str,
-    handler: Any,
-    until: asyncio.Event,
-    **options: Any,
-) -> Consumer:
-    consumer = Consumer(
-        nc,
-        topology,
-        "quota",
-        durable=durable,
-        stream=topology.decisions_stream,
-        subjects=[topology.service_wildcard("actuator")],
-        handler=handler,
-        **options,
-    )
-    stop = asyncio.Event()
-    task = asyncio.ensure_future(consumer.run(stop))
-    try:
-        await asyncio.wait_for(until.wait(), 15)
-    finally:
-        stop.set()
-        await task
-    return consumer
 
 
 async def settled(nc: Client, topology: Topology, durable: str) -> None:
@@ -188,7 +161,7 @@ async def test_a_batch_is_handled_event_by_event_and_acknowledged_once(
         if len(handled) == 30:
             done.set()
 
-    await consume(nc, topology, "c-batch", handler, done)
+    await consume_actuator_events(nc, topology, "c-batch", handler, done)
     assert handled == [f"d-{i}" for i in range(30)]
     await settled(nc, topology, "c-batch")
 
@@ -208,7 +181,7 @@ async def test_a_transient_failure_gives_back_only_what_was_not_handled(
         if ev.id == "d-5":
             done.set()
 
-    await consume(nc, topology, "c-transient-batch", handler, done)
+    await consume_actuator_events(nc, topology, "c-transient-batch", handler, done)
     handled = [eid for eid, _ in calls]
     # each event once, except the one that failed, handled again on redelivery
     assert sorted(handled, key=lambda e: int(e[2:])) == sorted(
@@ -252,7 +225,7 @@ async def test_an_invalid_event_of_a_batch_is_dead_lettered_alone(
         if ev.id == "d-21":
             done.set()
 
-    await consume(nc, topology, "c-dlq-batch", handler, done)
+    await consume_actuator_events(nc, topology, "c-dlq-batch", handler, done)
     assert handled == [f"d-{i}" for i in range(10) if i != 3] + ["d-20", "d-21"]
     await settled(nc, topology, "c-dlq-batch")
     letters = await read_subject(nc.jetstream(), topology.dlq_stream, topology.dlq_subject("quota"))
@@ -282,7 +255,7 @@ async def test_an_event_sent_again_in_another_batch_is_handled_once(
         if ev.id == "d-7":
             done.set()
 
-    consumer = await consume(nc, topology, "c-dedupe", handler, done)
+    consumer = await consume_actuator_events(nc, topology, "c-dedupe", handler, done)
     assert handled == [f"d-{i}" for i in range(8)]
     assert consumer.duplicates == 2  # d-3 and d-4, or the whole repeat if sent alone
     await settled(nc, topology, "c-dedupe")
@@ -302,7 +275,7 @@ async def test_each_event_of_a_batch_keeps_its_own_trace(nc: Client, topology: T
         if len(seen) == 6:
             done.set()
 
-    await consume(nc, topology, "c-trace-batch", handler, done)
+    await consume_actuator_events(nc, topology, "c-trace-batch", handler, done)
     spans = [s for s in exporter.get_finished_spans() if topology.prefix in s.name]
     publishes = {
         s.attributes["messaging.message.id"]: s for s in spans if s.name.startswith("publish")
