@@ -58,7 +58,7 @@ from gangpreempt.telemetry import metrics, tracer
 from gangpreempt.telemetry.tracing import continued_span
 from services import simwire
 from services.actuator.sinks import Sink
-from services.kube.client import ApiError
+from services.kube.errors import ApiError
 from services.livestate import key_of
 from services.runtime import fault
 

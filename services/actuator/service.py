@@ -33,11 +33,9 @@ from gangpreempt.planning.records import PlanRecord, actuator_owes
 from gangpreempt.replica import StateReplica
 from gangpreempt.telemetry import metrics
 from services.actuator.driving import Driver
-from services.actuator.kubernetes import KubeSink
 from services.actuator.orders import QuotaOrders
 from services.actuator.sinks import LogSink, SimSink, Sink
 from services.heap import freeze_while_loading
-from services.kube.client import KubeApi
 from services.runtime import ServiceContext, sleep_or_stop
 
 log = structlog.get_logger("gangpreempt.actuator")
@@ -175,6 +173,10 @@ class Actuator:
         if self.ctx.settings.sink != "kubernetes":
             await self._run()
             return
+        # only now: the client's imports cost a start that does not use them
+        from services.actuator.kubernetes import KubeSink
+        from services.kube.client import KubeApi
+
         async with KubeApi.connect(self.ctx.settings, "actuator") as api:
             api.before_write = self.fence
             settings = self.ctx.settings

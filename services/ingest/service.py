@@ -16,7 +16,7 @@ import itertools
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
@@ -38,11 +38,13 @@ from services import simwire
 from services.heap import freeze_heap
 from services.ingest.chunks import ChunkReaper, chunk_epoch
 from services.ingest.journal import Journal, Line
-from services.ingest.kubernetes import KubeSource
 from services.ingest.sim import Chunking, SimCluster, split_ref
 from services.ingest.sources import ManifestSource
 from services.ingest.timeline import Step, load_timeline, matches
 from services.runtime import ServiceContext, fault, sleep_or_stop
+
+if TYPE_CHECKING:
+    from services.ingest.kubernetes import KubeSource
 
 log = structlog.get_logger("gangpreempt.ingest")
 
@@ -62,6 +64,9 @@ class Ingest:
             # The API server is the cluster: no sim, no scenario, no timeline. ingest's
             # replica reads STATE in order: it tells the chunk ledger what is stored.
             self.replica = StateReplica(ctx.nc, ctx.topology, "ingest", self.reaper.ledger)
+            # only now: the client's imports cost a start that does not use them
+            from services.ingest.kubernetes import KubeSource
+
             self.kube = KubeSource(ctx.settings, self.stream_objects)
             ctx.readiness.append(self.kube.published.is_set)
         elif not ctx.settings.scenario:

@@ -19,30 +19,10 @@ from kubernetes_asyncio import client, config
 from gangpreempt.config import Settings
 from gangpreempt.errors import InvalidInput, Transient
 from services.kube.access import Access, Resource, access_of
+from services.kube.errors import ApiError
 
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
-
-
-class ApiError(Exception):
-    """A non-2xx answer of the API server, with its HTTP status and Status reason."""
-
-    def __init__(
-        self, status: int, reason: str, message: str, retry_after: float | None = None
-    ) -> None:
-        super().__init__(f"{status} {reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
-
-    @property
-    def retriable(self) -> bool:
-        """409 Conflict (re-read first), 429 Too Many Requests and 5xx may succeed later;
-        409 AlreadyExists will not."""
-        if self.status == 409:
-            return self.reason != "AlreadyExists"
-        return self.status == 429 or self.status >= 500
 
 
 async def _configuration(settings: Settings) -> client.Configuration:
