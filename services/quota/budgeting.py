@@ -12,6 +12,7 @@ import structlog
 
 from gangpreempt import events
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.podindex import PodIndex
 from gangpreempt.model.priorities import pod_priority
 from gangpreempt.planning.budget import Budget, Charge, Spending, plan_cost, scope_key
 from gangpreempt.planning.decisions import Decision
@@ -32,8 +33,9 @@ def spends(rec: PlanRecord) -> bool:
     return rec.state == CLOSED and bool(rec.actuated)
 
 
-def preemptor_priority(state: ClusterState, ref: str) -> int:
-    """The priority a preemptor is held back or let through by."""
+def preemptor_priority(state: ClusterState, ref: str, index: PodIndex) -> int:
+    """The priority a preemptor is held back or let through by (a gang's pods looked up
+    in the replica's index, not among every pod)."""
     kind, _, key = ref.partition("/")
     if kind == "Workload":
         wl = state.workloads.get(key)
@@ -41,8 +43,7 @@ def preemptor_priority(state: ClusterState, ref: str) -> int:
     if kind == "Pod":
         pod = state.pods.get(key)
         return pod_priority(state, pod, 0) if pod is not None else 0
-    pods = [p for p in state.pods.values() if p.group == key]
-    return max((pod_priority(state, p, 0) for p in pods), default=0)
+    return max((pod_priority(state, p, 0) for p in index.members(key)), default=0)
 
 
 class Budgeting:
@@ -85,6 +86,7 @@ class Budgeting:
         self,
         snapshot: Snapshot,
         state: ClusterState,
+        index: PodIndex,
         rec: PlanRecord,
         p: events.PlanProposed,
         now: datetime,
@@ -92,7 +94,7 @@ class Budgeting:
         """Why the plan must be rejected for the budget, or its charge (taken now, so
         the next proposal sees it) and the record fields that carry it."""
         scope, cost = self.cost(snapshot, p.cluster_queue, ((v.object, v.pods) for v in p.victims))
-        priority = preemptor_priority(state, p.preemptor)
+        priority = preemptor_priority(state, p.preemptor, index)
         reason = self.spending.held(scope, cost, priority, now.timestamp(), but=p.plan_id)
         if reason is not None:
             metrics.DISRUPTION_HELD.labels("confirm").inc()

@@ -687,7 +687,8 @@ class Quota:
         """The disruption budget at confirmation (``budgeting.Budgeting.confirm``)."""
         assert self.budgeting is not None
         now = self.ctx.now()
-        return self.budgeting.confirm(self.live.snapshot(now), self.replica.state, rec, p, now)
+        state, index = self.replica.state, self.replica.pods
+        return self.budgeting.confirm(self.live.snapshot(now), state, index, rec, p, now)
 
     def check(self, rec: PlanRecord, p: events.PlanProposed) -> str | None:
         """Why the proposal must be rejected against the live ledger and nodes, or None

@@ -447,7 +447,7 @@ class Consumer:
         if opened is None:
             keep.settled(index)
             return None
-        if not opened.events:  # every item was dead-lettered or handled before
+        if not opened.events:  # every item was dead-lettered
             await self._settle(opened)
             keep.settled(index)
             return None
@@ -474,8 +474,7 @@ class Consumer:
             if await self._misplaced(msg, event):
                 await msg.term()
                 return None
-            if not self._handled_before(event.id):
-                opened.events.append((event, headers))
+            opened.events.append((event, headers))
         else:
             for n, item in enumerate(event.items):
                 await self._open_item(opened, event, n, item)
@@ -509,10 +508,9 @@ class Consumer:
             return
         if await self._misplaced(msg, inner, bytes(item.event)):
             return
-        if not self._handled_before(inner.id):
-            headers = dict(item.trace)
-            headers["Nats-Msg-Id"] = inner.id
-            opened.events.append((inner, headers))
+        headers = dict(item.trace)
+        headers["Nats-Msg-Id"] = inner.id
+        opened.events.append((inner, headers))
 
     async def _misplaced(self, msg: Msg, event: events.AnyEvent, item: bytes | None = None) -> bool:
         """Dead-letter ``event`` (a message, or ``item`` of a batch) when its type does
