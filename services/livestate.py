@@ -33,7 +33,7 @@ class LiveState:
         self.ctx = ctx
         self.replica = StateReplica(ctx.nc, ctx.topology, service)
         self.ledger: Ledger | None = None
-        self.nodes = NodeIndex(self.replica.state)
+        self.nodes = NodeIndex(self.replica.state, core_victim_cost(ctx.settings.victim_cost))
         self._on_change = on_change
         self.replica.on_change(self._changed)
         freeze_while_loading(self.replica)  # after ``_changed``: the index is frozen too

@@ -74,8 +74,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # waiting for Kueue to reserve it (reservations Kueue makes for others there are sent
     # back at once); then others may take it.
     hold_timeout: float = 120.0
-    # quota and victims: Kueue's candidates of one priority in Kueue's order, or least
-    # lost work first (``plan --victim-cost``)
+    # quota and victims: the victims the rules allow in the peers' order, or the set
+    # losing least work, at quota level and on the nodes (``plan --victim-cost``)
     victim_cost: str = "kueue-order"  # kueue-order | lost-gpu-hours
     # quota: namespaces no victim is ever taken from, whatever a proposal says
     # (comma-separated; planning/legitimacy.py)

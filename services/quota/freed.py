@@ -24,10 +24,18 @@ class FreedRoom:
         self.timeout = timeout
         self.clock = clock
         self.until: dict[str, float] = {}  # preemptor key -> monotonic deadline
+        self.placements: dict[str, dict[str, str]] = {}  # preemptor key -> its pods' nodes
 
-    def keep(self, key: str) -> None:
-        """``key``'s victims have left: the room is its own from now."""
+    def keep(self, key: str, placement: dict[str, str] | None = None) -> None:
+        """``key``'s victims have left: the room is its own from now (on the nodes, the
+        ``placement`` its plan held, reserved to it in every pass)."""
         self.until[key] = self.clock() + self.timeout
+        if placement:
+            self.placements[key] = dict(placement)
+
+    def rooms(self) -> dict[str, dict[str, str]]:
+        """The placements kept, by preemptor key (as ``settle`` last left them)."""
+        return {k: p for k, p in self.placements.items() if k in self.until}
 
     def settle(self, state: ClusterState) -> frozenset[str]:
         """The preemptors the room is still kept for: not admitted, not gone, in time."""
@@ -36,6 +44,7 @@ class FreedRoom:
             wl = state.workloads.get(key)
             if wl is None or not wl.is_pending or now > deadline:
                 del self.until[key]
+                self.placements.pop(key, None)
         return frozenset(self.until)
 
     def refs(self, state: ClusterState) -> list[str]:
@@ -43,6 +52,7 @@ class FreedRoom:
 
     def clear(self) -> None:
         self.until.clear()
+        self.placements.clear()
 
 
 __all__ = ["FreedRoom"]

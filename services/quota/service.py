@@ -102,6 +102,9 @@ class Quota:
         self.flights = Flights(self.flight_changed, lambda: self.replica.seq)
         self.nodes = NodeBook()
         self.freed = FreedRoom(ctx.settings.hold_timeout)
+        # Kueue preemptors whose victims left at this cycle -> the placement their plan
+        # held: reserved to them for the pass (``NodePlanner.reserve``)
+        self.freed_rooms: dict[str, dict[str, str]] = {}
         self.protected = protected_namespaces(ctx.settings.protected_namespaces)
         budget = ctx.settings.budget()
         self.budgeting = Budgeting(budget) if budget is not None else None
@@ -397,11 +400,19 @@ class Quota:
             if wl is None or not wl.is_pending:
                 self.flights.end(key, "the preemptor is admitted, or gone")
             elif flight.status == ACTUATED and self.victims_left(key, flight):
+                held = self.nodes.plans.get(key)
+                placement = dict(held.placement) if held is not None else {}
+                if placement:
+                    self.freed_rooms[key] = placement
                 self.flights.end(key, "its victims are gone")
                 first.add(key)
                 if self.ctx.settings.authority == ADMISSION_CHECK:
-                    self.freed.keep(key)  # until Kueue reserves it and the check admits it
-        return ready, frozenset(first | self.freed.settle(state))
+                    # until Kueue reserves it and the check admits it
+                    self.freed.keep(key, placement)
+        kept = self.freed.settle(state)
+        for key, placement in self.freed.rooms().items():
+            self.freed_rooms.setdefault(key, placement)
+        return ready, frozenset(first | kept)
 
     def victims_left(self, key: str, flight: Flight) -> bool:
         """Every victim the flight's plan evicted (not one the sink refused) has left:
@@ -430,6 +441,7 @@ class Quota:
             return
         started = time.perf_counter()
         state, now, seq = self.replica.state, self.ctx.now(), self.replica.seq
+        self.freed_rooms.clear()
         ready, first = self.settle_flights()
         snapshot = self.live.snapshot(now)  # plans in flight are held in it
         outbox: list[events.Event] = []
@@ -437,6 +449,8 @@ class Quota:
         if state.pods:
             try:
                 planner = self.nodes.planner(self.live.nodes, now, but=ready)
+                for key, placement in self.freed_rooms.items():
+                    planner.reserve(f"Workload/{key}", placement)  # theirs in this pass
                 outbox += admit_ready(planner, self.nodes, self.flights, ready, now)
             except InvalidInput as exc:  # e.g. a pod whose PriorityClass is not here yet
                 log.warning("node-level decisions skipped until the state changes", error=str(exc))

@@ -428,15 +428,18 @@ def test_the_freed_room_is_kept_until_kueue_admits_the_preemptor_or_the_bound() 
     clock = [0.0]
     room = FreedRoom(timeout=60.0, clock=lambda: clock[0])
     pending = read([*queues(), workload("w", 4, 10), workload("v", 4, 10)])[0]
-    room.keep("ns/w")
-    room.keep("ns/v")
+    room.keep("ns/w", {"Pod/ns/w-0": "n1"})
+    room.keep("ns/v", {"Pod/ns/v-0": "n2"})
     assert room.settle(pending) == {"ns/w", "ns/v"}
     assert room.refs(pending) == ["Workload/ns/v", "Workload/ns/w"]
+    assert room.rooms() == {"ns/w": {"Pod/ns/w-0": "n1"}, "ns/v": {"Pod/ns/v-0": "n2"}}
     # Kueue reserved w and the check is not Ready yet: still pending, still its room
     reserved = read([*queues(), workload("w", 4, 10, reserved=True, check="Pending")])[0]
-    assert room.settle(reserved) == {"ns/w"}  # v is gone: forgotten
+    assert room.settle(reserved) == {"ns/w"}  # v is gone: forgotten, its nodes too
+    assert room.rooms() == {"ns/w": {"Pod/ns/w-0": "n1"}}
     admitted = read([*queues(), workload("w", 4, 10, admitted=True, check="Ready")])[0]
     assert room.settle(admitted) == frozenset()
+    assert room.rooms() == {}
     room.keep("ns/w")
     clock[0] = 60.5  # Kueue never reserved it within the bound: others may take it
     assert room.settle(pending) == frozenset()

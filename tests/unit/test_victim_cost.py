@@ -32,8 +32,10 @@ def running(
     return objects
 
 
-def victims(objects: list[dict[str, Any]], cost: str) -> list[str]:
-    objects = cluster_objects({"q": 8}, nodes=1, gpus_per_node=8) + objects
+def victims(
+    objects: list[dict[str, Any]], cost: str, quota_gpus: int = 8, nodes: int = 1
+) -> list[str]:
+    objects = cluster_objects({"q": quota_gpus}, nodes=nodes, gpus_per_node=8) + objects
     objects += job_objects(Job("high", 9, 60, "q", 1000, (4,)), NOW)
     state = load([], objects, "replay").state
     (d,) = plan(state, NOW, "Workload/trace/high", victim_cost=cost).decisions

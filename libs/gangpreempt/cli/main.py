@@ -86,7 +86,8 @@ victim_cost_option = click.option(
     type=click.Choice([KUEUE_ORDER, LOST_GPU_HOURS]),
     default=KUEUE_ORDER,
     show_default=True,
-    help="Kueue's candidates of one priority: in Kueue's order, or least lost work first "
+    help="Which of the victims the rules allow: in Kueue's and kube-scheduler's order, "
+    "or the set that loses least work, at quota level and on the nodes together "
     "(GPUs x time since the last checkpoint: the gangpreempt.io/last-checkpoint or "
     "checkpoint-interval-seconds annotation, else the whole run).",
 )

@@ -69,8 +69,8 @@ class Explanation(msgspec.Struct, frozen=True):
     others: list[Verdict]
     waiting: list[str]  # why it is pending, line by line (empty unless Pending)
     priority_ceiling: int | None = None  # the binary search's result (gangs)
-    # The order of Kueue's candidates of one priority (quota level): Kueue's, or least
-    # lost work first; None on the nodes, where it does not apply.
+    # How the victims the rules allow were chosen: the peers' order (kueue-order), or
+    # the set losing least work (lost-gpu-hours).
     victim_cost: str | None = None
 
 
@@ -98,7 +98,7 @@ def explain(
     )
     d = decided.decisions[0]
     if is_node_level(state, d.preemptor):
-        return _nodes(state, now, d, priority_search, rescheduling, excluded)
+        return _nodes(state, now, d, priority_search, rescheduling, excluded, victim_cost)
     return _quota(state, now, d, excluded, victim_cost)
 
 
@@ -112,9 +112,11 @@ def _nodes(
     priority_search: bool,
     rescheduling: bool,
     excluded: list[str],
+    victim_cost: str = "",
 ) -> Explanation:
     planner = NodePlanner(state, now, priority_search)
     planner.rescheduling = rescheduling
+    planner.victim_cost = victim_cost
     planner.promised.update(promised_refs(excluded))
     pre = planner.resolve(d.preemptor)
     ceiling = max((v.priority for v in d.victims), default=None) if priority_search else None
@@ -138,6 +140,7 @@ def _nodes(
         others=others,
         waiting=_node_waiting(planner, pre, d) if d.outcome == PENDING else [],
         priority_ceiling=ceiling,
+        victim_cost=victim_cost_name(victim_cost),
     )
 
 
@@ -518,7 +521,7 @@ def explanation_lines(e: Explanation) -> Iterable[str]:
     if e.priority_ceiling is not None:
         yield f"priority ceiling of the victims: {e.priority_ceiling}"
     if e.victim_cost is not None:
-        yield f"candidates of one priority: {e.victim_cost}"
+        yield f"victims chosen by: {e.victim_cost}"
     for v in e.victims:
         yield f"  victim {v.object} (priority {v.priority}): {v.why}"
     for v in e.others:

@@ -31,8 +31,10 @@ REBUILD_KINDS = frozenset({"PriorityClass", "WorkloadPriorityClass", "KueueConfi
 
 
 class NodeIndex:
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, victim_cost: str = "") -> None:
+        """``victim_cost``: its planners' (``NodePlanner.victim_cost``)."""
         self.state = state
+        self.victim_cost = victim_cost
         self.cluster: NodeCluster | None = None
         self.table: UnitTable | None = None
         self.quotas: QuotaView | None = None  # built on first use, then pod by pod
@@ -69,13 +71,15 @@ class NodeIndex:
         cluster = self.cluster.fork()
         if self.quotas is None:
             self.quotas = QuotaView(self.state)
-        return NodePlanner(
+        planner = NodePlanner(
             self.state,
             now,
             priority_search,
             index=(cluster, self.table.fork(cluster)),
             quotas=self.quotas,
         )
+        planner.victim_cost = self.victim_cost
+        return planner
 
     def changed(self, kind: str, old: Any, new: Any) -> None:
         if self.cluster is None or self.table is None:

@@ -4,7 +4,7 @@ search for a gang, with its ElasticQuota checked alongside)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 import msgspec
@@ -15,10 +15,11 @@ from gangpreempt.model.pods import CAN_PREEMPT_LABEL, NEVER, Pod, PodGroup
 from gangpreempt.placement.cluster import NodeCluster, add_into
 from gangpreempt.placement.gang import Shape, shapes_of
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim, plural
-from gangpreempt.preemption.candidates import recently_preempted
+from gangpreempt.preemption.candidates import LOST_GPU_HOURS, recently_preempted
 from gangpreempt.preemption.capacity import CapacityQuotas, GangCapacity, search_capacity
-from gangpreempt.preemption.gang import Check, GangSearch, best, domains
+from gangpreempt.preemption.gang import Check, Domain, GangSearch, best, domains
 from gangpreempt.preemption.jobquota import JobQuota, QuotaView, non_preemptible, quota_of
+from gangpreempt.preemption.lostwork import unit_cost
 from gangpreempt.preemption.single import fits_now, nominated_usage, search_single
 from gangpreempt.preemption.units import Unit, UnitTable
 
@@ -84,15 +85,30 @@ class NodePlanner:
         self.priority_search = priority_search
         self.use_columns = True  # the gang search's column path where it applies
         self.rescheduling = False  # kube-scheduler 1.36's reprieve (``GangSearch``)
+        # ``lost-gpu-hours``: among the victims the rules allow, the least lost work
+        self.victim_cost = ""
+        self._unit_cost: Callable[[Unit], float] | None = None
         self.decided = 0  # decisions made (a service's metrics count them)
         self.stats: dict[str, int] = {}  # the last decision's numbers, for its trace span
         self.promised: set[str] = set()  # units (refs) already chosen as victims
+        # Kueue preemptors whose victims have just left -> the room they were planned
+        # (``reserve``): theirs alone in this pass
+        self.reserved: dict[str, dict[str, dict[str, int]]] = {}
         # Kueue's ClusterQueues above their nominal quota before the pass, when known: a
         # Workload's node victims in another ClusterQueue come only from these (``compose``)
         self.borrowing_queues: frozenset[str] | None = None
         self._quota_view: QuotaView | None = quotas
         self._capacity: bool | None = None
         self._capacity_state: CapacityQuotas | None = None
+
+    def cost(self) -> Callable[[Unit], float] | None:
+        """A victim's lost work (``lostwork.unit_cost``) under ``victim_cost``
+        ``lost-gpu-hours``; None: kube-scheduler's order alone."""
+        if self.victim_cost != LOST_GPU_HOURS:
+            return None
+        if self._unit_cost is None:
+            self._unit_cost = unit_cost(self.state, self.now)
+        return self._unit_cost
 
     # -- preemptors -----------------------------------------------------------------------
 
@@ -373,7 +389,7 @@ class NodePlanner:
                 pre, None, "NoFit", PENDING, [], kept, f"does not fit on any node and {refusal}"
             )
         found, evaluated = search_single(
-            self.cluster, self.table, pod, pre.priority, self._own_units(pre)
+            self.cluster, self.table, pod, pre.priority, self._own_units(pre), cost=self.cost()
         )
         self.stats["nodes_evaluated"] = evaluated
         if found is None:
@@ -419,6 +435,7 @@ class NodePlanner:
         )
         search.use_columns = self.use_columns
         search.rescheduling = self.rescheduling
+        search.cost = self.cost()
         topology = next((g.topology_key for g in pre.groups if g.topology_key), "")
         doms = domains(self.cluster.nodes, topology)
         for dom in doms:
@@ -468,7 +485,7 @@ class NodePlanner:
                 u for u in search.candidates if all(p.key in quota.usage for p in u.pods)
             ]
         outcomes = [o for o in (search.run(d) for d in doms) if o is not None]
-        chosen = best(outcomes, self.now)
+        chosen = best(outcomes, self.now, search.cost)
         self.stats["domains"] = len(doms)
         self.stats["nodes_evaluated"] = len(self.cluster.nodes)
         if search.listed is not None:
@@ -596,33 +613,20 @@ class NodePlanner:
         if d.outcome not in (ADMIT, PREEMPT) or not d.preemptor.startswith("Workload/"):
             return d
         key = d.preemptor.split("/", 1)[1]
+        self._release(d.preemptor)
         wl = self.state.workloads.get(key)
         pods = self.kueue_pods(key)
         if wl is None or not pods:
             return d
         priority = self.state.priority_of(wl)
         forced = [self.table.units[v.object] for v in d.victims if v.object in self.table.units]
-        shapes = shapes_of(pods, self.cluster)
-        required = {i: len(s.pods) for i, s in enumerate(shapes)}
-        search = GangSearch(
-            self.table, shapes, required, [], priority_search=self.priority_search, forced=forced
-        )
-        search.use_columns = self.use_columns
-        search.rescheduling = self.rescheduling
-        cluster = domains(self.cluster.nodes, "")[0]
+        search, cluster = self.kueue_search(pods, forced)
         placement = search.fits_without_preemption(cluster)
         extra: list[Unit] = []
         if placement is None:
             exclude = {u.ref for u in forced} | self.promised | {d.preemptor}
-            # ``kueue_protected`` excluded too: asked of the eligible units only (the
-            # same list as with it in ``exclude``, without walking every unit)
             queue = d.queue.removeprefix("ClusterQueue/")
-            now_ts = self.now.timestamp()
-            search.candidates = [
-                u
-                for u in self.table.candidates(priority, exclude)
-                if not self._kueue_guarded(u.ref, queue, now_ts)
-            ]
+            search.candidates = self.kueue_node_candidates(priority, queue, exclude)
             found = search.run(cluster)
             if found is None:
                 return msgspec.structs.replace(
@@ -654,6 +658,33 @@ class NodePlanner:
             placement=dict(sorted(placement.items())),
             message=message,
         )
+
+    def kueue_search(self, pods: list[Pod], forced: Sequence[Unit]) -> tuple[GangSearch, Domain]:
+        """The gang search placing a Kueue Workload's pending ``pods`` on the whole
+        cluster, with the quota victims ``forced`` gone (candidates to be set)."""
+        shapes = shapes_of(pods, self.cluster)
+        required = {i: len(s.pods) for i, s in enumerate(shapes)}
+        search = GangSearch(
+            self.table, shapes, required, [], priority_search=self.priority_search, forced=forced
+        )
+        search.use_columns = self.use_columns
+        search.rescheduling = self.rescheduling
+        search.cost = self.cost()
+        return search, domains(self.cluster.nodes, "")[0]
+
+    def kueue_node_candidates(
+        self, priority: int, queue: str, exclude: Iterable[str]
+    ) -> list[Unit]:
+        """The units a Workload of ``priority`` in ClusterQueue ``queue`` may take for room
+        on the nodes: those below its priority, except ``exclude`` and
+        ``kueue_protected(queue)`` (asked of the eligible units only: the same list,
+        without walking every unit)."""
+        now_ts = self.now.timestamp()
+        return [
+            u
+            for u in self.table.candidates(priority, exclude)
+            if not self._kueue_guarded(u.ref, queue, now_ts)
+        ]
 
     def kueue_protected(self, queue: str) -> set[str]:
         """Running Kueue Workloads (unit refs) a Workload of ClusterQueue ``queue`` may not
@@ -703,6 +734,27 @@ class NodePlanner:
             room = freed.get(node, {})
             beyond = {r: v - min(v, room.get(r, 0)) for r, v in demand.items()}
             self.cluster.use(node, {r: v for r, v in beyond.items() if v})
+
+    def reserve(self, preemptor: str, placement: dict[str, str]) -> None:
+        """The room a Kueue preemptor's victims have just left (``placement``: its pods'
+        planned nodes) is its own: no other decision of this pass takes it, and its own
+        composition (``compose``) finds it free. Without it, a preemptor processed
+        before it in the pass could take that room, and the victims would have been
+        evicted for nothing."""
+        taken: dict[str, dict[str, int]] = {}
+        for ref, node in placement.items():
+            pod = self.state.pods.get(ref.removeprefix("Pod/"))
+            if pod is not None and pod.pending and node in self.cluster.by_name:
+                add_into(taken.setdefault(node, {}), self.cluster.demand(pod))
+        for node, demand in taken.items():
+            self.cluster.use(node, demand)
+        if taken:
+            self.reserved[preemptor] = taken
+
+    def _release(self, preemptor: str) -> None:
+        """Its reserved room is free again, for its own decision."""
+        for node, demand in self.reserved.pop(preemptor, {}).items():
+            self.cluster.use(node, demand, sign=-1)
 
     def commit(self, pre: Preemptor, decision: Decision) -> None:
         """Later preemptors see this one's pods on their nodes and its victims gone (a

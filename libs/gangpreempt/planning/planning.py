@@ -14,6 +14,7 @@ from gangpreempt.planning.cycle import admission_pass
 from gangpreempt.planning.deciding import decision, evaluate, not_considered, unavailable
 from gangpreempt.planning.decisions import Decision, Plan
 from gangpreempt.planning.nodeplan import NodePlanner, is_node_level, node_decisions
+from gangpreempt.planning.nodeside import PlannerSide
 from gangpreempt.planning.quotacycle import borrowing_queues, cycle_decisions
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import Snapshot
@@ -63,8 +64,8 @@ def plan(
     ``excluded`` names workloads (``namespace/name``) already promised to other
     preemptors: they keep their quota but are not candidates. ``rescheduling``: a gang's
     victims are reprieved as kube-scheduler 1.36 does (scheduled again at each reprieve).
-    ``victim_cost`` ``lost-gpu-hours``: Kueue's candidates of one priority are tried least
-    lost work first."""
+    ``victim_cost`` ``lost-gpu-hours``: among the victims the rules allow, the set that
+    loses least work, at quota level and on the nodes (``preemption.cheapest``)."""
     snapshot = Snapshot.build(state, now)
     snapshot.victim_cost = victim_cost
     return plan_on(snapshot, workload, excluded, priority_search, rescheduling)
@@ -101,6 +102,7 @@ def _plan(
     def planner_for() -> NodePlanner:
         planner = NodePlanner(state, now, priority_search)
         planner.rescheduling = rescheduling
+        planner.victim_cost = snapshot.victim_cost
         planner.promised.update(promised_refs(excluded))
         return planner
 
@@ -156,13 +158,17 @@ def _plan(
     reason = unavailable(snapshot, pending)
     if reason is not None:
         return Plan(now=rfc3339(now), decisions=_owned(state, [not_considered(pending, reason)]))
-    on_nodes = bool(state.pods and state.nodes)
-    borrowing = borrowing_queues(snapshot) if on_nodes else frozenset()
-    d = decision(evaluate(snapshot, pending))
-    if on_nodes:
-        planner = planner_for()
-        planner.borrowing_queues = borrowing
-        d = planner.compose(d)
+    composer = planner_for() if state.pods and state.nodes else None
+    if composer is not None:
+        composer.borrowing_queues = borrowing_queues(snapshot)
+        if composer.cost() is not None:
+            snapshot.node_side = PlannerSide(composer)
+    try:
+        d = decision(evaluate(snapshot, pending))
+    finally:
+        snapshot.node_side = None
+    if composer is not None:
+        d = composer.compose(d)
     return Plan(now=rfc3339(now), decisions=_owned(state, [d]))
 
 

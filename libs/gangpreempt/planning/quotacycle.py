@@ -10,6 +10,7 @@ from gangpreempt.planning.cycle import admission_pass
 from gangpreempt.planning.deciding import Evaluation
 from gangpreempt.planning.decisions import ADMIT, PREEMPT, Decision
 from gangpreempt.planning.nodeplan import NodePlanner, with_nodes
+from gangpreempt.planning.nodeside import PlannerSide
 from gangpreempt.planning.parking import Certificate, Parking
 from gangpreempt.quota.snapshot import Snapshot
 
@@ -47,11 +48,16 @@ def cycle_decisions(
     evaluation; its Pending decision may fall elsewhere among its Kueue cycle's)."""
     if planner is not None:
         planner.borrowing_queues = borrowing_queues(snapshot)
-    if parking is None:
-        with snapshot.scratch():
-            decisions = admission_pass(snapshot, waiting, first, observe)
-    else:
-        decisions = _parked_pass(snapshot, waiting, first, observe, parking)
+        if planner.cost() is not None:
+            snapshot.node_side = PlannerSide(planner)
+    try:
+        if parking is None:
+            with snapshot.scratch():
+                decisions = admission_pass(snapshot, waiting, first, observe)
+        else:
+            decisions = _parked_pass(snapshot, waiting, first, observe, parking)
+    finally:
+        snapshot.node_side = None
     return _with_nodes(planner, decisions) if planner is not None else decisions
 
 

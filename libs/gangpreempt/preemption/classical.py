@@ -3,19 +3,26 @@
 Remove candidates in order until the preemptor fits, skipping a candidate whose queue is
 already back within its nominal quota (up to the common ancestor); then put victims back
 in reverse order while the preemptor still fits. The result is all-or-nothing: either a
-set that makes the preemptor fit, or no victims at all.
+set that makes the preemptor fit, or no victims at all. Under ``--victim-cost
+lost-gpu-hours`` the pass that found a set then looks among the same candidates for the
+set that loses the least work (``cheapest``), with the nodes' victims counted when the
+pods are known (``with_nodes``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gangpreempt.model.queues import NEVER
 from gangpreempt.preemption.candidates import (
+    LOST_GPU_HOURS,
     Candidate,
     Candidates,
     Request,
     Variant,
     borrow_within_cohort,
 )
+from gangpreempt.preemption.cheapest import cheapest, with_nodes
 from gangpreempt.quota.snapshot import AdmittedWorkload, Snapshot
 from gangpreempt.quota.tree import cq_available
 
@@ -92,6 +99,46 @@ def _fill_back(
     return kept
 
 
+def _cheapest(
+    snapshot: Snapshot,
+    req: Request,
+    candidates: Candidates,
+    kept: list[Target],
+    borrowing: bool,
+) -> list[Target]:
+    """The set of least lost work among the candidates of the pass that found ``kept``
+    (each valid as it is removed in Kueue's order, as the pass removes them)."""
+    pool = [c for c in candidates.sequence(borrowing) if _valid(snapshot, req, c, borrowing)]
+    found = [t.candidate for t in kept if t.candidate is not None]
+    if len(found) != len(kept):
+        return kept
+
+    def allowed_fits(members: Sequence[Candidate]) -> bool:
+        removed: list[AdmittedWorkload] = []
+        try:
+            for c in members:
+                if not _valid(snapshot, req, c, borrowing):
+                    return False
+                snapshot.remove(c.aw)
+                removed.append(c.aw)
+            return fits(snapshot, req, borrowing)
+        finally:
+            for aw in reversed(removed):
+                snapshot.restore(aw)
+
+    now = snapshot.now.timestamp()
+
+    def cost(aw: AdmittedWorkload) -> float:
+        return aw.lost_work(now)
+
+    chosen = cheapest(pool, found, allowed_fits, cost)
+    side = snapshot.node_side
+    if side is not None:
+        key = req.preemptor.key
+        chosen = with_nodes(pool, [found, chosen], allowed_fits, cost, side, key, req.cq.name)
+    return [Target(c.aw, c.variant.reason, c) for c in chosen]
+
+
 class Search:
     """The victims found and the pass that found them (borrowing allowed or not): the set
     is minimal for that pass's fit test."""
@@ -130,6 +177,8 @@ def search(snapshot: Snapshot, req: Request) -> Search:
                 kept = _fill_back(snapshot, req, targets, borrowing)
                 for t in kept:
                     snapshot.restore(t.aw)
+                if snapshot.victim_cost == LOST_GPU_HOURS:
+                    kept = _cheapest(snapshot, req, candidates, kept, borrowing)
                 return Search(kept, borrowing)
         for t in targets:
             snapshot.restore(t.aw)

@@ -11,12 +11,18 @@ gang's topology key):
 6. reprieve in importance order every unit that still fits where it runs;
 7. score the domains as kube-scheduler scores nodes.
 
+With a victim cost (``GangSearch.cost``, ``--victim-cost lost-gpu-hours``) the same rule
+says which units may be taken (below the gang's priority, at or under the priority
+ceiling), and the cost decides among them: nodes are preferred by what their cheapest
+sufficient victims lose (5), the dearest units are reprieved first (6), and domains are
+compared by the victims' cost after their PDB violations (7).
+
 Feasibility is one question, "does the gang fit if these units are gone?", answered by the
 placement and by each quota check (``Check``) together."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -69,8 +75,15 @@ class GangOutcome:
         self.victims = victims
         self.violations = violations
 
-    def score(self, now: datetime) -> tuple[int, int, int, int, float]:
-        return victim_score(self.victims, self.violations, now)
+    def score(
+        self, now: datetime, cost: Callable[[Unit], float] | None = None
+    ) -> tuple[float, ...]:
+        """Lower is better: kube-scheduler's node criteria; with ``cost``, the victims'
+        cost right after their PDB violations."""
+        score = victim_score(self.victims, self.violations, now)
+        if cost is None:
+            return score
+        return (score[0], round(sum(cost(u) for u in self.victims), 6), *score[1:])
 
 
 class GangSearch:
@@ -101,6 +114,8 @@ class GangSearch:
         # default: the placement is fixed once and victims are reprieved against it).
         self.rescheduling = False
         self.forced = list(forced)  # victims chosen already (a Kueue quota decision's)
+        # A victim's cost (``lostwork.unit_cost``): chooses among the allowed units
+        self.cost: Callable[[Unit], float] | None = None
         self.nominated = nominated or {}  # node -> room kept for pods nominated there
         self.resources: set[str] = set()
         for s in shapes:
@@ -252,6 +267,7 @@ class GangSearch:
             and not self.checks
             and not self.forced
             and not self.table.covering
+            and self.cost is None
         )
 
     def run(self, domain: Domain) -> GangOutcome | None:
@@ -391,18 +407,22 @@ class GangSearch:
         for unit in chosen:
             for name, taken in self.table.nodes_of[unit.ref]:
                 by_node.setdefault(name, []).append((unit, taken))
+        if self.cost is not None:
+            cost = self.cost
+            for entries in by_node.values():
+                entries.sort(key=lambda e: -cost(e[0]))  # the cheapest last: taken first
         order: dict[int, list[str]] = {}
         for i, shape in enumerate(shapes):
-            costs: list[tuple[tuple[int, int, int, int, int], str]] = []
+            costs: list[tuple[tuple[float, ...], str]] = []
             for name in shape.allowed:
                 units = by_node.get(name)
                 free = base[name]
                 if fits(shape.demand, free):
                     costs.append(((0, 0, 0, 0, 0), name))
                 elif units:
-                    cost = self._node_cost(shape, free, units, violating)
-                    if cost is not None:
-                        costs.append((cost, name))
+                    node_cost = self._node_cost(shape, free, units, violating, self.cost)
+                    if node_cost is not None:
+                        costs.append((node_cost, name))
             costs.sort()
             order[i] = [name for _, name in costs]
         placement = self._place(shapes, self._freed(base, chosen), order)
@@ -416,23 +436,30 @@ class GangSearch:
         free: dict[str, int],
         units: list[tuple[Unit, dict[str, int]]],
         violating: set[str],
-    ) -> tuple[int, int, int, int, int] | None:
+        cost: Callable[[Unit], float] | None = None,
+    ) -> tuple[float, ...] | None:
         """How bad a node where a pod of ``shape`` does not fit as things are is for it:
-        for the least important units on it whose removal makes room, their PDB
-        violations, highest priority, and how many pods they take down in all (a gang
-        unit goes whole, on every node); None when even all of them do not."""
+        for the least important units on it (the cheapest, with ``cost``) whose removal
+        makes room, their PDB violations, (their cost,) highest priority, and how many
+        pods they take down in all (a gang unit goes whole, on every node); None when
+        even all of them do not."""
         room = dict(free)
         highest = units[-1][0].priority
         broken = 0
         pods = 0
+        spent = 0.0
         for count, (unit, taken) in enumerate(reversed(units), 1):  # least important first
             for res in room:
                 room[res] += taken.get(res, 0)
             highest = max(highest, unit.priority)
             broken += unit.ref in violating
             pods += len(unit.pods)
+            if cost is not None:
+                spent += cost(unit)
             if fits(shape.demand, room):
-                return (1, broken, highest, pods, count)
+                if cost is None:
+                    return (1, broken, highest, pods, count)
+                return (1, broken, round(spent, 6), highest, pods, count)
         return None
 
     def _reprieve_rescheduling(
@@ -458,13 +485,19 @@ class GangSearch:
                     for res, v in shape.demand.items():
                         free[node][res] -= v
         removed = {u.ref: u for u in chosen}
-        for unit in chosen:  # most important first
+        cost = self.cost
+        order = chosen if cost is None else sorted(chosen, key=lambda u: -cost(u))
+        for unit in order:  # most important (with a cost: the dearest) first
             self._fits_back(free, unit, removed)
         return list(removed.values()), free
 
 
-def best(outcomes: Iterable[GangOutcome], now: datetime) -> GangOutcome | None:
-    ranked = sorted(enumerate(outcomes), key=lambda t: (t[1].score(now), t[0]))
+def best(
+    outcomes: Iterable[GangOutcome],
+    now: datetime,
+    cost: Callable[[Unit], float] | None = None,
+) -> GangOutcome | None:
+    ranked = sorted(enumerate(outcomes), key=lambda t: (t[1].score(now, cost), t[0]))
     return ranked[0][1] if ranked else None
 
 

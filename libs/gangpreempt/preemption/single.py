@@ -8,7 +8,11 @@ fewest victims, latest start of the highest-priority victims, then node name.
 
 As kube-scheduler does, the dry run stops once it holds ``max(100, 10% of nodes)``
 candidates (at least one without PDB violations); it walks the nodes in name order
-instead of from a random offset, so the answer is reproducible."""
+instead of from a random offset, so the answer is reproducible.
+
+With a victim cost (``--victim-cost lost-gpu-hours``) the same units may be taken, but
+the dearest are reprieved first (after the PDB-violating ones), every node is evaluated,
+and nodes are compared by the victims' cost right after their PDB violations."""
 
 from __future__ import annotations
 
@@ -37,9 +41,16 @@ class NodeCandidate:
         self.victims = victims
         self.violations = violations
 
-    def score(self, now: datetime) -> tuple[int, int, int, int, float, int]:
-        """Lower is better (pickOneNodeForPreemption's criteria in order)."""
-        return (*victim_score(self.victims, self.violations, now), self.order)
+    def score(
+        self, now: datetime, cost: Callable[[Unit], float] | None = None
+    ) -> tuple[float, ...]:
+        """Lower is better (pickOneNodeForPreemption's criteria in order; with ``cost``,
+        the victims' cost right after their PDB violations)."""
+        score = victim_score(self.victims, self.violations, now)
+        if cost is None:
+            return (*score, self.order)
+        spent = round(sum(cost(u) for u in self.victims), 6)
+        return (score[0], spent, *score[1:], self.order)
 
 
 def victim_score(
@@ -110,9 +121,11 @@ def select_on_node(
     free: dict[str, int],
     candidates: list[tuple[Unit, dict[str, int]]],
     table: UnitTable,
+    cost: Callable[[Unit], float] | None = None,
 ) -> NodeCandidate | None:
     """kube-scheduler's selectVictimsOnNode for one node; ``candidates`` are the units
-    with pods on it (most important first) and what those pods take there."""
+    with pods on it (most important first) and what those pods take there. With
+    ``cost``, they are reprieved dearest first."""
     freed = dict(free)
     for _unit, mine in candidates:
         for res in freed:
@@ -120,6 +133,8 @@ def select_on_node(
     if not fits(demand, freed):
         return None
     violating = table.pdb_violations([u for u, _ in candidates])
+    if cost is not None:
+        candidates = sorted(candidates, key=lambda c: -cost(c[0]))
     if violating:
         ordered = [c for c in candidates if c[0].ref in violating] + [
             c for c in candidates if c[0].ref not in violating
@@ -150,15 +165,18 @@ def search_single(
     priority: int,
     exclude: frozenset[str] | set[str],
     vectorized: bool = True,
+    cost: Callable[[Unit], float] | None = None,
 ) -> tuple[NodeCandidate | None, int]:
     """The best node and its victims for a lone pod (None when no node helps), and how
     many nodes the dry run evaluated. ``exclude``: units that are not candidates. Without
     PDBs or nominated pods in the way, all nodes are evaluated at once (``dryrun``);
-    ``vectorized=False`` forces the node-by-node walk (the reference)."""
+    ``vectorized=False`` forces the node-by-node walk (the reference). ``cost``: the
+    victims' cost decides among the units allowed (see the module)."""
     demand = cluster.demand(pod)
     nominated = nominated_usage(cluster, pod, priority)
-    limit = candidate_limit(len(cluster.allowed(pod.scheduling)))
-    if vectorized and not table.covering and not nominated:
+    allowed = cluster.allowed(pod.scheduling)
+    limit = candidate_limit(len(allowed)) if cost is None else len(allowed)
+    if vectorized and not table.covering and not nominated and cost is None:
         found_at, looked = dry_run(cluster, table, pod, priority, exclude, limit)
         if found_at is None:
             return None, looked
@@ -172,9 +190,9 @@ def search_single(
         if not units:
             return False, None
         free = free_with_nominated(view, demand, nominated)
-        return True, select_on_node(view, order, demand, free, units, table)
+        return True, select_on_node(view, order, demand, free, units, table, cost)
 
-    return best_node(cluster.allowed(pod.scheduling), limit, table.now, select)
+    return best_node(allowed, limit, table.now, select, cost)
 
 
 def best_node(
@@ -182,6 +200,7 @@ def best_node(
     limit: int,
     now: datetime,
     select: Callable[[int, NodeView], tuple[bool, NodeCandidate | None]],
+    cost: Callable[[Unit], float] | None = None,
 ) -> tuple[NodeCandidate | None, int]:
     """kube-scheduler's dry run over ``nodes`` in order: ``select`` says whether a node
     has candidates at all (it is then evaluated) and its victims; the walk stops once it
@@ -201,7 +220,7 @@ def best_node(
             break
     if not found:
         return None, evaluated
-    return min(found, key=lambda c: c.score(now)), evaluated
+    return min(found, key=lambda c: c.score(now, cost)), evaluated
 
 
 __all__ = [

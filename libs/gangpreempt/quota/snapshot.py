@@ -15,8 +15,10 @@ import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator, KeysView
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.lostwork import workload_lost_work
 from gangpreempt.model.queues import ClusterQueue, ResourceFlavor
 from gangpreempt.model.workloads import Workload
 from gangpreempt.quota.toleration import Tolerance, any_policy, tolerance
@@ -29,6 +31,9 @@ from gangpreempt.quota.tree import (
     quotas_of,
     remove_usage,
 )
+
+if TYPE_CHECKING:
+    from gangpreempt.preemption.cheapest import NodeSide
 
 STOPPED_POLICIES = frozenset({"Hold", "HoldAndDrain"})
 
@@ -96,15 +101,8 @@ class AdmittedWorkload:
         ``now_ts``: its run since its last checkpoint (the ``last-checkpoint`` annotation,
         or every ``checkpoint-interval-seconds`` from its admission; its whole run when
         neither is known)."""
-        wl = self.workload
-        last = started = self.reserved_ts
-        if wl.checkpoint_interval_s:
-            ran = max(0.0, now_ts - started)
-            last = started + ran - ran % wl.checkpoint_interval_s
-        if wl.last_checkpoint is not None:
-            last = max(last, wl.last_checkpoint.timestamp())
         gpus = sum(v for (_flavor, res), v in self.usage.items() if res.endswith("gpu"))
-        return max(0.0, now_ts - last) * max(1, gpus)
+        return workload_lost_work(self.workload, self.reserved_ts, gpus, now_ts)
 
     def __repr__(self) -> str:
         return f"<AdmittedWorkload {self.ref} p={self.priority}>"
@@ -265,6 +263,8 @@ class Snapshot:
         # "" (Kueue's victim order), or "lost-gpu-hours": among candidates of one
         # priority, those losing the least work since their last checkpoint first
         self.victim_cost = ""
+        # The nodes, asked under the cost setting while a pass composes with them
+        self.node_side: NodeSide | None = None
         self.admitted: dict[str, AdmittedWorkload] = {}
         self.pinned: set[str] = set()  # hold quota but may not be preempted
         # root cohort -> the ClusterQueues of its tree (``tree_cluster_queues``)

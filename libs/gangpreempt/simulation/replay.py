@@ -162,7 +162,9 @@ class Replay:
         )
         self.pod_standing: dict[str, Decision] = {}  # a pending pod's last Pending decision
         self.stood_in = 0  # pods and reserved gangs not searched again (parked)
-        self.index = NodeIndex(self.state)
+        self.index = NodeIndex(self.state, settings.victim_cost)
+        # preemptor ref -> its placement, for the plans that ended at this cycle's settle
+        self._freed: dict[str, dict[str, str]] = {}
         self.index.build(self.now)
         self.jobs = {j.job_id: j for j in jobs}
         self.objects: dict[str, JobObjects] = {}
@@ -349,12 +351,15 @@ class Replay:
 
     def _settle(self) -> frozenset[str]:
         """Plans whose victims have all left end: their holds go (the quota service's
-        ``settle_flights``); their preemptors are evaluated first in the next pass."""
+        ``settle_flights``); their preemptors are evaluated first in the next pass, the
+        room planned for them reserved to them (``NodePlanner.reserve``)."""
         ended = set()
+        self._freed.clear()
         for preemptor, flight in list(self.flights.items()):
             if all(v not in self.evicting for v in flight.victim_jobs):
                 self._end(preemptor)
                 ended.add(flight.plan.preemptor)
+                self._freed[f"Workload/{flight.plan.preemptor}"] = flight.placement
         return frozenset(ended)
 
     def _end(self, preemptor: str) -> None:
@@ -366,6 +371,8 @@ class Replay:
         planner = self.index.planner(self.now)
         for flight in self.flights.values():
             planner.hold(flight.placement, flight.victim_refs)
+        for ref, placement in self._freed.items():
+            planner.reserve(ref, placement)
         return planner
 
     def _kueue_cycle(self, at: float) -> None:
