@@ -167,7 +167,7 @@ def lost_minutes(objects: list[Any], names: list[str]) -> float:
     return sum(cost(planner.table.units[f"Workload/trace/{n}"]) for n in names) / 60
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=100, deadline=None, derandomize=True)
 @given(
     st.lists(
         st.tuples(st.integers(0, 2), st.sampled_from([1, 2, 4]), st.integers(1, 90)),

@@ -134,9 +134,27 @@ def _cheapest(
     chosen = cheapest(pool, found, allowed_fits, cost)
     side = snapshot.node_side
     if side is not None:
+        kueues = _kueue_order(snapshot, req, borrowing)
+        options = [found, chosen] if kueues is None else [kueues, found, chosen]
         key = req.preemptor.key
-        chosen = with_nodes(pool, [found, chosen], allowed_fits, cost, side, key, req.cq.name)
+        chosen = with_nodes(pool, options, allowed_fits, cost, side, key, req.cq.name)
     return [Target(c.aw, c.variant.reason, c) for c in chosen]
+
+
+def _kueue_order(snapshot: Snapshot, req: Request, borrowing: bool) -> list[Candidate] | None:
+    """The set Kueue's own order takes (no cost), when its pass is ``borrowing``'s: an
+    option the cost setting weighs with the nodes, so that it never loses more than
+    Kueue's set would with the nodes' extra victims."""
+    cost, side = snapshot.victim_cost, snapshot.node_side
+    snapshot.victim_cost, snapshot.node_side = "", None
+    try:
+        found = search(snapshot, req)
+    finally:
+        snapshot.victim_cost, snapshot.node_side = cost, side
+    members = [t.candidate for t in found.targets if t.candidate is not None]
+    if found.allow_borrowing != borrowing or len(members) != len(found.targets):
+        return None
+    return members
 
 
 class Search:

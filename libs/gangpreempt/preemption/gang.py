@@ -443,24 +443,54 @@ class GangSearch:
         makes room, their PDB violations, (their cost,) highest priority, and how many
         pods they take down in all (a gang unit goes whole, on every node); None when
         even all of them do not."""
+        if cost is not None:
+            return GangSearch._node_cost_by(shape, free, units, violating, cost)
         room = dict(free)
         highest = units[-1][0].priority
         broken = 0
         pods = 0
-        spent = 0.0
         for count, (unit, taken) in enumerate(reversed(units), 1):  # least important first
             for res in room:
                 room[res] += taken.get(res, 0)
             highest = max(highest, unit.priority)
             broken += unit.ref in violating
             pods += len(unit.pods)
-            if cost is not None:
-                spent += cost(unit)
             if fits(shape.demand, room):
-                if cost is None:
-                    return (1, broken, highest, pods, count)
-                return (1, broken, round(spent, 6), highest, pods, count)
+                return (1, broken, highest, pods, count)
         return None
+
+    @staticmethod
+    def _node_cost_by(
+        shape: Shape,
+        free: dict[str, int],
+        units: list[tuple[Unit, dict[str, int]]],
+        violating: set[str],
+        cost: Callable[[Unit], float],
+    ) -> tuple[float, ...] | None:
+        """``_node_cost`` with a victim cost: the cheapest units first until a pod fits,
+        then the dearest of them given back while it still fits (as the reprieve will);
+        what those left lose, after their PDB violations."""
+        room = dict(free)
+        taken_first: list[tuple[Unit, dict[str, int]]] = []
+        for unit, taken in reversed(units):  # ``units`` dearest first: cheapest first here
+            for res in room:
+                room[res] += taken.get(res, 0)
+            taken_first.append((unit, taken))
+            if fits(shape.demand, room):
+                break
+        else:
+            return None
+        kept = []
+        for unit, taken in reversed(taken_first):  # the dearest first
+            back = {res: v - taken.get(res, 0) for res, v in room.items()}
+            if fits(shape.demand, back):
+                room = back
+            else:
+                kept.append(unit)
+        spent = round(sum(cost(u) for u in kept), 6)
+        broken = sum(u.ref in violating for u in kept)
+        highest = max(u.priority for u in kept)
+        return (1, broken, spent, highest, sum(len(u.pods) for u in kept), len(kept))
 
     def _reprieve_rescheduling(
         self, shapes: list[Shape], base: Free, chosen: list[Unit]
