@@ -17,6 +17,7 @@ from gangpreempt.simulation.world import cluster_objects, job_objects
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2025, 1, 1, 12, tzinfo=UTC)
+GPU = "nvidia.com/gpu"
 
 
 def running(
@@ -58,3 +59,27 @@ def test_a_last_checkpoint_annotation_counts() -> None:
 def test_without_checkpoints_the_whole_run_is_lost() -> None:
     objects = running("a", 40, None) + running("b", 20, None)
     assert victims(objects, "lost-gpu-hours") == ["b"] == victims(objects, "")
+
+
+def test_fair_sharing_takes_the_candidate_that_loses_least_in_a_queue() -> None:
+    """Kueue's fair sharing takes the most recently admitted of one priority; the cost
+    takes the older one, checkpointed a minute ago. Fair sharing still picks the queue."""
+    import msgspec
+
+    from gangpreempt.model.queues import KueueConfiguration
+    from tests.builders import NOW as T
+    from tests.builders import admitted, cluster_queue, pending, quota, state
+
+    cq = cluster_queue("q", {"default": {GPU: quota(8)}}, within="LowerPriority")
+    old = admitted("old", "q", {GPU: ("default", 4)}, 0, at=0)
+    old = msgspec.structs.replace(old, last_checkpoint=T - timedelta(minutes=1))
+    new = admitted("new", "q", {GPU: ("default", 4)}, 0, at=50)
+    st = state([cq], [old, new, pending("high", "q", {GPU: 4}, 100)])
+    st.kueue_configurations["kueue"] = KueueConfiguration(fair_sharing=True)
+    taken = {}
+    for cost in ("", "lost-gpu-hours"):
+        (d,) = plan(st, T, "Workload/default/high", victim_cost=cost).decisions
+        assert d.outcome == "Preempt"
+        taken[cost] = [v.object for v in d.victims]
+    assert taken[""] == ["Workload/default/new"]
+    assert taken["lost-gpu-hours"] == ["Workload/default/old"]

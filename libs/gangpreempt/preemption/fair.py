@@ -19,6 +19,10 @@ computed again:
 
 Once the workload fits, victims are put back from the second-to-last down to the first
 while it still fits. Nothing fits: no victims.
+
+Under ``--victim-cost lost-gpu-hours`` fair sharing's rules are kept whole (which queue
+gives up a victim, every share test); within a queue, candidates of one priority are
+taken least lost work first, and ties between queues go the same way.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from gangpreempt.model.queues import LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LOWER_PR
 from gangpreempt.preemption.candidates import (
     IN_CLUSTER_QUEUE,
     IN_COHORT_RECLAMATION,
+    LOST_GPU_HOURS,
     Classifier,
     Request,
 )
@@ -45,10 +50,27 @@ from gangpreempt.quota.tree import FR, Node, Quantities, cq_available
 IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
 
 
-def _candidate_order(aw: AdmittedWorkload, own: str) -> tuple[bool, bool, int, float, str]:
+def _candidate_order(
+    aw: AdmittedWorkload, own: str, cost_at: float | None = None
+) -> tuple[bool, bool, int, float, str]:
     """Kueue's candidate order: evicting first, other queues before the own, lower
-    priority, most recently admitted, uid."""
-    return (not aw.evicting, aw.cq == own, aw.priority, -aw.reserved_ts, aw.uid)
+    priority, most recently admitted (with ``cost_at``: least lost work then), uid."""
+    last = -aw.reserved_ts if cost_at is None else aw.lost_work(cost_at)
+    return (not aw.evicting, aw.cq == own, aw.priority, last, aw.uid)
+
+
+def _least_lost_first(
+    items: Iterator[AdmittedWorkload], now_ts: float
+) -> Iterator[AdmittedWorkload]:
+    """``items`` (in priority order) with each run of one priority least lost work first
+    (stable: Kueue's order between equals); reads one run ahead."""
+    run: list[AdmittedWorkload] = []
+    for aw in items:
+        if run and aw.priority != run[0].priority:
+            yield from sorted(run, key=lambda a: a.lost_work(now_ts))
+            run = []
+        run.append(aw)
+    yield from sorted(run, key=lambda a: a.lost_work(now_ts))
 
 
 OrderKey = tuple[bool, bool, int, float, str]
@@ -59,11 +81,14 @@ class _Stream:
     asked: the indexes do not change during a search), with one to peek at and its order
     key, for ties between queues."""
 
-    __slots__ = ("_head", "_it", "_key", "_own", "_read")
+    __slots__ = ("_cost_at", "_head", "_it", "_key", "_own", "_read")
 
-    def __init__(self, items: Iterator[AdmittedWorkload], own: str) -> None:
+    def __init__(
+        self, items: Iterator[AdmittedWorkload], own: str, cost_at: float | None = None
+    ) -> None:
         self._it = items
         self._own = own
+        self._cost_at = cost_at
         self._head: AdmittedWorkload | None = None
         self._read = False  # whether ``_head`` is read
         self._key: OrderKey | None = None
@@ -84,7 +109,7 @@ class _Stream:
             return None
         key = self._key
         if key is None:
-            key = self._key = _candidate_order(head, self._own)
+            key = self._key = _candidate_order(head, self._own, self._cost_at)
         return key
 
     def first(self) -> AdmittedWorkload:
@@ -423,6 +448,9 @@ class FairSearch:
         self._shares: dict[int, DRS] = {}  # per node, until its usage changes
         self.targets: list[Target] = []
         self._kept: _Kept | None = None  # set by ``candidates``, for the first pass
+        # ``--victim-cost lost-gpu-hours``: the time lost work is counted at
+        cost = snapshot.victim_cost == LOST_GPU_HOURS
+        self.cost_at = snapshot.now.timestamp() if cost else None
 
     # -- shares ----------------------------------------------------------------------------
 
@@ -478,9 +506,11 @@ class FairSearch:
         req = self.req
         policy = req.cq.spec.preemption
         own = req.cq.name
+        at = self.cost_at
         if name == own:
-            return _Stream(self._stream(req.cq, policy.within_cluster_queue), own)
-        return _Stream(self._stream(self.snapshot.cqs[name], policy.reclaim_within_cohort), own)
+            return _Stream(self._stream(req.cq, policy.within_cluster_queue), own, at)
+        queue = self.snapshot.cqs[name]
+        return _Stream(self._stream(queue, policy.reclaim_within_cohort), own, at)
 
     def _stream(self, cq: ClusterQueueState, rule: str) -> Iterator[AdmittedWorkload]:
         """The workloads of ``cq`` that use a needed flavor-resource and the policy allows,
@@ -495,6 +525,8 @@ class FairSearch:
             merged: Iterator[AdmittedWorkload] = (
                 iter(lists[0]) if len(lists) == 1 else _unique(heapq.merge(*lists, key=_index))
             )
+            if self.cost_at is not None:
+                merged = _least_lost_first(merged, self.cost_at)
             for aw in merged:
                 if rule == LOWER_PRIORITY and aw.priority >= bound:
                     break  # sorted by priority: nothing further is lower
@@ -610,7 +642,9 @@ class FairSearch:
         """``LessThanInitialShare`` over what the first strategy refused, at most one
         victim per queue (its first refused candidate)."""
         own = self.req.cq.name
-        ordering = _Ordering(self, {cq: _Stream(iter([aw]), own) for cq, aw in retry.items()})
+        ordering = _Ordering(
+            self, {cq: _Stream(iter([aw]), own, self.cost_at) for cq, aw in retry.items()}
+        )
         for target in ordering:
             mine, theirs = self._below_lca(target)
             p_new, t_old = self.share(mine), self.share(theirs)
