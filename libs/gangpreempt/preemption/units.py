@@ -149,7 +149,9 @@ class UnitTable:
         # unit -> PDB keys covering each of its pods (kube-scheduler's matching rule)
         self.covering: dict[str, list[list[str]]] = {}
         self._free_slots: list[int] = []
-        self.timed: set[str] = set()  # units whose start or toleration depends on now
+        # units whose start or toleration depends on the clock -> from when they must be
+        # rebuilt (-inf: at every move of the clock; a window's end: once it is over)
+        self.timed: dict[str, float] = {}
         self.all_resources: tuple[str, ...] = ()  # the resources of ``warm``
         # Slots in importance order, their arrays filled at once.
         self.slots: list[Unit | None] = list(self.ordered)
@@ -268,7 +270,7 @@ class UnitTable:
                 add_into(on, demand(p))
                 self.of_pod[p.key] = unit
             self.nodes_of[unit.ref] = list(here.items())
-        guarded, timed = self._guards(unit)
+        guarded, due = self._guards(unit)
         if self._eligible:
             for priority, refs in self._eligible.items():
                 if self.refusal(unit, priority) is None:  # it checks the priority first
@@ -279,28 +281,36 @@ class UnitTable:
                 [b.key for b in pdbs.values() if b.covers(p) and p.name not in b.disrupted_pods]
                 for p in unit.pods
             ]
-        if timed:
-            self.timed.add(unit.ref)
+        if due != math.inf:
+            self.timed[unit.ref] = due
         return guarded
 
-    def _guards(self, unit: Unit) -> tuple[bool, bool]:
-        """(guarded, timed): whether anything but its priority may refuse the unit to a
-        preemptor (a non-preemptible label, a PriorityClass with a toleration policy), and
-        whether its start or toleration depends on the clock (a pod without a start
-        time, a toleration that runs out)."""
-        guarded = timed = False
+    def _guards(self, unit: Unit) -> tuple[bool, float]:
+        """(guarded, due): whether anything but its priority may refuse the unit to a
+        preemptor (a non-preemptible label, a PriorityClass with a toleration policy),
+        and from when it must be built again because the clock moved: -inf when its
+        start or toleration follows the clock (a pod without a start time, a Workload
+        without its reservation time), the end of a toleration window still open, else
+        inf (nothing changes with the clock)."""
+        guarded = False
+        due = math.inf
         state = self.cluster.state
         classes = state.priority_classes
+        now_ts = self.now.timestamp()
         for pod in unit.pods:
             if pod.start_time is None:
-                timed = True
+                due = -math.inf
             if pod.labels.get(PREEMPTIBLE_LABEL) == NON_PREEMPTIBLE:
                 guarded = True
             if pod.kueue_workload:
                 tol = workload_tolerance(state, pod, self.now)
                 if tol is not None:
                     guarded = True
-                    timed = timed or not math.isinf(tol[1])
+                    wl = state.workloads.get(pod.kueue_workload)
+                    if wl is not None and wl.quota_reserved_at is None:
+                        due = -math.inf  # its window starts at the clock
+                    elif now_ts < tol[1]:
+                        due = min(due, tol[1])
             if not classes:
                 continue
             pc = self.cluster.priority_class_of(pod)
@@ -308,9 +318,12 @@ class UnitTable:
                 pc.minimum_preemptable_priority is not None or pc.toleration_seconds is not None
             ):
                 guarded = True
-                if pc.toleration_seconds is not None and pc.toleration_seconds > 0:
-                    timed = True
-        return guarded, timed
+                seconds = pc.toleration_seconds
+                if seconds is not None and seconds > 0 and pod.scheduled_at is not None:
+                    end = (pod.scheduled_at + timedelta(seconds=seconds)).timestamp()
+                    if now_ts < end:
+                        due = min(due, end)
+        return guarded, due
 
     def recover(self) -> None:
         """The PodDisruptionBudgets changed: which of them cover each unit's pods."""
@@ -452,7 +465,7 @@ class UnitTable:
         for refs in self._eligible.values():
             refs.discard(unit.ref)
         self.covering.pop(unit.ref, None)
-        self.timed.discard(unit.ref)
+        self.timed.pop(unit.ref, None)
         slot = self.slot_of.pop(unit.ref)
         self.slots[slot] = None
         self.slot_data.set(slot, None)
@@ -460,11 +473,22 @@ class UnitTable:
         return slot
 
     def set_now(self, now: datetime) -> None:
-        """Decide at ``now``: the units whose start or toleration depends on it again."""
-        if now != self.now:
-            self.now = now
-            if self.timed:
-                self.refresh(list(self.timed))
+        """Decide at ``now``: the units whose start or toleration depends on it again
+        (those whose window is still open at ``now`` are as they were). Backwards, every
+        guarded unit again: a window that had closed may be open then."""
+        if now == self.now:
+            return
+        back = now < self.now
+        self.now = now
+        if back:
+            slot_of, guarded = self.slot_of, self.slot_data.guarded
+            again = [u.ref for u in self.ordered if guarded[slot_of[u.ref]]]
+            self.refresh(dict.fromkeys([*again, *self.timed]))
+            return
+        now_ts = now.timestamp()
+        due = [ref for ref, at in self.timed.items() if at <= now_ts]
+        if due:
+            self.refresh(due)
 
     def fork(self, cluster: NodeCluster) -> UnitTable:
         """The same table over a fork of its cluster."""
