@@ -8,7 +8,16 @@ whole run is lost."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from gangpreempt.model.workloads import Workload
+
+GPU_SUFFIX = "gpu"  # nvidia.com/gpu, amd.com/gpu, ...
+
+
+def gpus_of(requests: Mapping[str, int]) -> int:
+    """The GPUs among ``requests`` (every resource named ``*gpu``)."""
+    return sum(v for res, v in requests.items() if res.endswith(GPU_SUFFIX))
 
 
 def lost_gpu_seconds(
@@ -34,4 +43,4 @@ def workload_lost_work(wl: Workload, started_ts: float, gpus: int, now_ts: float
     return lost_gpu_seconds(started_ts, now_ts, gpus, wl.checkpoint_interval_s, last)
 
 
-__all__ = ["lost_gpu_seconds", "workload_lost_work"]
+__all__ = ["GPU_SUFFIX", "gpus_of", "lost_gpu_seconds", "workload_lost_work"]

@@ -33,6 +33,7 @@ from datetime import datetime
 
 from gangpreempt.errors import InvalidInput
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.lostwork import gpus_of
 from gangpreempt.quota.snapshot import Snapshot
 
 VICTIMS = "victims"
@@ -128,7 +129,7 @@ def pod_gpu_hours(state: ClusterState, pod_ref: str, now_ts: float) -> float:
     pod = state.pods.get(pod_ref.removeprefix("Pod/"))
     if pod is None or pod.start_time is None:
         return 0.0
-    gpus = sum(v for res, v in pod.requests.items() if res.endswith("gpu"))
+    gpus = gpus_of(pod.requests)
     return max(0.0, now_ts - pod.start_time.timestamp()) * gpus / 3600
 
 

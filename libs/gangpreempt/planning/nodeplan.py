@@ -724,16 +724,27 @@ class NodePlanner:
             unit = self.table.units.get(ref)
             for name, taken in self.table.nodes_of.get(ref, []) if unit is not None else []:
                 add_into(freed.setdefault(name, {}), taken)
-        placed: dict[str, dict[str, int]] = {}
-        for ref, node in placement.items():
-            pod = self.state.pods.get(ref.removeprefix("Pod/"))
-            if pod is not None and pod.pending and node in self.cluster.by_name:
-                add_into(placed.setdefault(node, {}), self.cluster.demand(pod))
-                self.cluster.nominated.pop(pod.key, None)
+        placed, keys = self._pending_room(placement)
+        for key in keys:
+            self.cluster.nominated.pop(key, None)
         for node, demand in placed.items():
             room = freed.get(node, {})
             beyond = {r: v - min(v, room.get(r, 0)) for r, v in demand.items()}
             self.cluster.use(node, {r: v for r, v in beyond.items() if v})
+
+    def _pending_room(
+        self, placement: dict[str, str]
+    ) -> tuple[dict[str, dict[str, int]], list[str]]:
+        """What the still-pending pods of ``placement`` take on each of its nodes, and
+        those pods' keys."""
+        taken: dict[str, dict[str, int]] = {}
+        keys: list[str] = []
+        for ref, node in placement.items():
+            pod = self.state.pods.get(ref.removeprefix("Pod/"))
+            if pod is not None and pod.pending and node in self.cluster.by_name:
+                add_into(taken.setdefault(node, {}), self.cluster.demand(pod))
+                keys.append(pod.key)
+        return taken, keys
 
     def reserve(self, preemptor: str, placement: dict[str, str]) -> None:
         """The room a Kueue preemptor's victims have just left (``placement``: its pods'
@@ -741,11 +752,7 @@ class NodePlanner:
         composition (``compose``) finds it free. Without it, a preemptor processed
         before it in the pass could take that room, and the victims would have been
         evicted for nothing."""
-        taken: dict[str, dict[str, int]] = {}
-        for ref, node in placement.items():
-            pod = self.state.pods.get(ref.removeprefix("Pod/"))
-            if pod is not None and pod.pending and node in self.cluster.by_name:
-                add_into(taken.setdefault(node, {}), self.cluster.demand(pod))
+        taken, _keys = self._pending_room(placement)
         for node, demand in taken.items():
             self.cluster.use(node, demand)
         if taken:

@@ -11,20 +11,13 @@ from collections.abc import Callable
 from datetime import datetime
 
 from gangpreempt.model.cluster import ClusterState
-from gangpreempt.model.lostwork import lost_gpu_seconds, workload_lost_work
+from gangpreempt.model.lostwork import gpus_of, lost_gpu_seconds, workload_lost_work
 from gangpreempt.preemption.units import Unit
-
-GPU_SUFFIX = "gpu"  # nvidia.com/gpu, amd.com/gpu, ...
 
 
 def unit_gpus(unit: Unit) -> int:
     """The GPUs a unit's pods request."""
-    total = 0
-    for pod in unit.pods:
-        for res, q in pod.requests.items():
-            if res.endswith(GPU_SUFFIX):
-                total += int(q)
-    return total
+    return sum(gpus_of(pod.requests) for pod in unit.pods)
 
 
 def unit_cost(state: ClusterState, now: datetime) -> Callable[[Unit], float]:
