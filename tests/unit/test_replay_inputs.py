@@ -1,5 +1,5 @@
 """What ``simulate``'s options become: durations, the trace's known origin, the cluster
-sized from the load, quotas from a Kueue YAML."""
+sized from the load (the operator's Kueue configuration: test_replay_queue_config)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from gangpreempt.simulation.inputs import (
     ReplayInput,
     known_origin,
     parse_duration,
-    queues_from_yaml,
     replay_input,
 )
 from gangpreempt.simulation.trace import TraceJob
@@ -81,21 +80,3 @@ def test_the_cluster_is_sized_from_the_windows_load() -> None:
     assert later.settings.nodes >= 8  # room for the widest job, 64 GPUs
     assert [j.submit_s for j in later.jobs] == [0, 490, 4990]  # from the window's start
     assert later.settings.origin == datetime(2000, 1, 1, tzinfo=UTC).replace(second=10)
-
-
-def test_quotas_from_a_kueue_yaml(tmp_path: Path) -> None:
-    path = tmp_path / "queues.yaml"
-    docs = []
-    for name, gpus in (("a", 24), ("b", 8)):
-        docs.append(
-            "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\n"
-            f"metadata: {{name: {name}}}\nspec:\n  namespaceSelector: {{}}\n"
-            "  resourceGroups:\n  - coveredResources: [nvidia.com/gpu]\n"
-            "    flavors:\n    - name: gpu\n"
-            f"      resources: [{{name: nvidia.com/gpu, nominalQuota: {gpus}}}]\n"
-        )
-    docs.append("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: gpu}\n")
-    path.write_text("---\n".join(docs))
-    assert queues_from_yaml(str(path), ["a", "b", "a"]) == {"a": 24, "b": 8}
-    with pytest.raises(InvalidInput, match="no ClusterQueue named 'c'"):
-        queues_from_yaml(str(path), ["a", "c"])

@@ -74,7 +74,7 @@ def test_json_has_every_policy_the_optimum_and_the_plots(tmp_path: Path) -> None
         assert f["measured"] + opt["outside"] == opt["sampled"]
         assert 1.0 <= f["ratio_p50"] <= f["ratio_p95"] <= f["ratio_max"]
     pngs = sorted(p.name for p in tmp_path.iterdir())
-    assert pngs == ["evictions_per_day.png", "utilization.png", "wait_cdf.png"]
+    assert pngs == ["evictions_per_day.png", "queue_share.png", "utilization.png", "wait_cdf.png"]
     assert all((tmp_path / name).read_bytes()[:4] == b"\x89PNG" for name in pngs)
 
 
@@ -108,7 +108,7 @@ def test_by_default_every_policy_and_the_plots_in_the_working_directory(
         "no-preemption",
         "optimal-victims",
     ]
-    assert len(list((tmp_path / "gangpreempt-plots").glob("*.png"))) == 3
+    assert len(list((tmp_path / "gangpreempt-plots").glob("*.png"))) == 4
 
 
 @pytest.mark.parametrize(

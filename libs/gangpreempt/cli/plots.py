@@ -1,5 +1,6 @@
 """The replay's PNG plots: GPU utilization over time per policy, the wait-time CDF per
-priority class, and evictions per day."""
+priority class, evictions per day, and each ClusterQueue's use of its quota over time
+(where fair sharing's loops would show as queues trading places)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,21 @@ def write_plots(directory: str, series: Mapping[str, Series]) -> list[str]:
     ax.set_title("evictions per day")
     ax.legend(fontsize="small")
     written.append(_save(fig, directory, "evictions_per_day.png"))
+
+    shared = {policy: s.queue_share for policy, s in series.items() if s.queue_share}
+    if shared:
+        fig, axes = plt.subplots(
+            len(shared), 1, figsize=(10, 3 * len(shared)), squeeze=False, sharex=True
+        )
+        for ax, (policy, share) in zip(axes[:, 0], shared.items(), strict=True):
+            for queue, values in share.items():
+                ax.plot([h / 24 for h in range(len(values))], values, label=queue, linewidth=1)
+            ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+            ax.set_ylabel("GPUs busy / nominal")
+            ax.set_title(f"each ClusterQueue's use of its quota per hour, {policy}")
+        axes[-1, 0].set_xlabel("day of the window")
+        axes[0, 0].legend(loc="upper right", fontsize="x-small", ncol=4)
+        written.append(_save(fig, directory, "queue_share.png"))
     return written
 
 

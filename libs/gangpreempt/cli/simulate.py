@@ -23,7 +23,6 @@ from gangpreempt.simulation.inputs import (
     ReplayInput,
     known_origin,
     parse_duration,
-    queues_from_yaml,
     replay_input,
 )
 from gangpreempt.simulation.optimum import Optimality, measure
@@ -81,6 +80,7 @@ def run_policy(
         capacity_gpus=s.nodes * s.gpus_per_node,
         window_s=replay.window[1] - replay.window[0],
         peak_memory_mb=peak_kb / 1024.0,
+        nominal=s.quotas if sim.kueue else None,
     )
     return report, drawn, optimality
 
@@ -147,7 +147,8 @@ def print_table(result: SimulationResult) -> None:
         f"{c['nodes']} nodes x {c['gpus_per_node']} GPUs"
         f"{' (sized from the load)' if c['sized_from_trace'] else ''}, offered load "
         f"{c['offered_gpus']} GPUs; priority {syn['priority']} (seed {syn['seed']}), "
-        f"queues {syn['queues']}, checkpoint every {syn['checkpoint_interval_s']:.0f} s, "
+        f"queues {syn['queues']}{' (fair sharing)' if c.get('fair_sharing') else ''}, "
+        f"checkpoint every {syn['checkpoint_interval_s']:.0f} s, "
         f"termination {syn['termination_delay_s']:.0f} s, cycle {syn['cycle_s']:.0f} s, "
         f"victim cost {syn['victim_cost']}"
         + (f", minimum runtime {syn['min_runtime_s']:.0f} s" if syn.get("min_runtime_s") else "")
@@ -193,6 +194,12 @@ def print_table(result: SimulationResult) -> None:
     row("run time", [f"{r.seconds:.1f} s" for r in rs])
     row("peak memory", [f"{r.peak_memory_mb:.0f} MB" for r in rs])
     console.print(table)
+    for r in rs:
+        if r.outcomes.thrash_by_queues:
+            pairs = ", ".join(
+                f"{t.queues[0]} / {t.queues[1]} {t.thrash}" for t in r.outcomes.thrash_by_queues[:5]
+            )
+            console.print(f"thrash by ClusterQueue pair, {r.policy}: {pairs}")
     opt = result.optimum
     if opt is not None:
         console.print(
@@ -271,8 +278,10 @@ def _human(seconds: float) -> str:
     default="auto",
     show_default=True,
     metavar="auto|FILE",
-    help="auto: a ClusterQueue per trace queue, nominal quota by its share of GPU time; or "
-    "a Kueue YAML with a ClusterQueue named as each trace queue.",
+    help="auto: a ClusterQueue per trace queue in one cohort, nominal quota by its share of "
+    "GPU time; or the operator's Kueue configuration (ResourceFlavors, Cohorts, "
+    "ClusterQueues, LocalQueues, the manager Configuration), a trace queue going to the "
+    "ClusterQueue of the LocalQueue named as it, else to the ClusterQueue of its name.",
 )
 @click.option(
     "--priority", type=click.Choice(PRIORITY_MODES), default="two-class", show_default=True
@@ -374,16 +383,13 @@ def simulate_command(
         )
         trace = read_trace(trace_path)
         start = origin_of(origin or known_origin(trace_path))
-        quotas = None
-        if queues != "auto":
-            quotas = queues_from_yaml(queues, [j.queue for j in trace])
         replay = replay_input(
             trace,
             window,
             start,
             nodes=nodes,
             gpus_per_node=gpus_per_node,
-            quotas=quotas,
+            quotas=None,
             priority=priority,
             seed=seed,
             checkpoint_interval_s=parse_duration("--checkpoint-interval", checkpoint_interval),
@@ -392,14 +398,17 @@ def simulate_command(
             victim_cost=core_victim_cost(victim_cost),
             min_runtime_s=parse_duration("--min-runtime", min_runtime),
             disruption_budget=budget,
+            queues_path=None if queues == "auto" else queues,
         )
-        if quotas is not None:
-            missing = sorted({j.queue for j in replay.jobs} - set(quotas))
-            if missing:
-                raise InvalidInput(f"--queues {queues}: no ClusterQueue for {missing[0]!r}")
     except InvalidInput as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_INVALID)
+    config = replay.settings.queue_config
+    if config is not None and config.left_out:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(config.left_out.items()))
+        click.echo(
+            f"warning: --queues {queues}: left out {kinds}: the replay makes its own", err=True
+        )
     chosen = list(dict.fromkeys(policies)) or list(DEFAULT_POLICIES)
     results = run_all(chosen, replay, show_progress=True, optimum_sample=optimum_sample)
     s = replay.settings
@@ -419,6 +428,11 @@ def simulate_command(
             "sized_from_trace": replay.nodes_from_trace,
             "offered_gpus": replay.offered_gpus,
             "quotas": s.quotas,
+            # trace queue -> ClusterQueue (each its own without --queues FILE)
+            "queue_map": (
+                dict(s.queue_config.queue_map) if s.queue_config else {q: q for q in s.quotas}
+            ),
+            "fair_sharing": bool(s.queue_config and s.queue_config.fair_sharing),
         },
         synthesized={
             "priority": priority,

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 import msgspec
 
 from gangpreempt.errors import InvalidInput
-from gangpreempt.manifests import load
 from gangpreempt.planning.budget import Budget
+from gangpreempt.simulation.queueconfig import nominal_gpus, read_queue_config
 from gangpreempt.simulation.replay import Settings
 from gangpreempt.simulation.trace import (
     Job,
@@ -24,7 +24,6 @@ from gangpreempt.simulation.trace import (
     parse_window,
     prepare,
 )
-from gangpreempt.simulation.world import GPU
 
 # Traces whose origin (the instant of submit_time_s 0) is known, by the file's sha256.
 KNOWN_ORIGINS = {
@@ -73,27 +72,6 @@ def offered_gpus(jobs: Sequence[TraceJob], start: int, end: int) -> float:
     return sum(j.gpus * j.duration_s for j in jobs) / max(1, end - start)
 
 
-def queues_from_yaml(path: str, queues: Sequence[str]) -> dict[str, int]:
-    """Nominal GPUs per trace queue from Kueue ClusterQueues named as the queues."""
-    state = load([path]).state
-    out: dict[str, int] = {}
-    for queue in sorted(set(queues)):
-        cq = state.cluster_queues.get(queue)
-        if cq is None:
-            raise InvalidInput(
-                f"--queues {path}: no ClusterQueue named {queue!r} (the trace's queue): give "
-                "one ClusterQueue per trace queue, named as the queue"
-            )
-        nominal = sum(
-            fq.resources[GPU].nominal
-            for group in cq.resource_groups
-            for fq in group.flavors
-            if GPU in fq.resources
-        )
-        out[queue] = int(nominal)
-    return out
-
-
 def replay_input(
     trace: Sequence[TraceJob],
     window_text: str | None,
@@ -110,7 +88,10 @@ def replay_input(
     victim_cost: str = "",
     min_runtime_s: float = 0.0,
     disruption_budget: Budget | None = None,
+    queues_path: str | None = None,
 ) -> ReplayInput:
+    """``queues_path``: the operator's Kueue configuration (``queueconfig``), read for the
+    window's queues; else ``quotas`` (trace queue -> nominal GPUs; None: ``auto_quotas``)."""
     if gpus_per_node < 1:
         raise InvalidInput(f"--gpus-per-node {gpus_per_node}: expected at least 1")
     if nodes is not None and nodes < 1:
@@ -135,7 +116,11 @@ def replay_input(
         msgspec.structs.replace(j, submit_s=j.submit_s - start)
         for j in prepare(chosen, gpus_per_node, priority, seed)
     ]
-    if quotas is None:
+    config = None
+    if queues_path is not None:
+        config = read_queue_config(queues_path, [j.queue for j in chosen])
+        quotas = nominal_gpus(config)
+    elif quotas is None:
         quotas = auto_quotas(chosen, total)
     base = origin if origin is not None else datetime.fromisoformat("2000-01-01T00:00:00+00:00")
     settings = Settings(
@@ -149,6 +134,7 @@ def replay_input(
         victim_cost=victim_cost,
         min_runtime_s=min_runtime_s,
         disruption_budget=disruption_budget,
+        queue_config=config,
     )
     return ReplayInput(jobs, settings, (start, end), sized, round(load_gpus, 1))
 
@@ -159,6 +145,5 @@ __all__ = [
     "known_origin",
     "offered_gpus",
     "parse_duration",
-    "queues_from_yaml",
     "replay_input",
 ]

@@ -58,15 +58,23 @@ class JobObjects:
         return msgspec.structs.replace(wl, resource_version=str(self.version))
 
     # -- the Workload ------------------------------------------------------------------------
-    def admitted(self, at: datetime) -> Workload:
+    def admitted(
+        self,
+        at: datetime,
+        cluster_queue: str = "",
+        flavors: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> Workload:
+        """Admitted to ``cluster_queue`` (default: the LocalQueue's name) with the flavors
+        Kueue assigned (pod set -> resource -> flavor; default: the replay's one flavor)."""
         wl = self.workload
         assert wl is not None
+        chosen = flavors or {}
         admission = Admission(
-            cluster_queue=wl.queue_name,
+            cluster_queue=cluster_queue or wl.queue_name,
             pod_set_assignments=tuple(
                 PodSetAssignment(
                     name=ps.name,
-                    flavors={GPU: FLAVOR},
+                    flavors=dict(chosen.get(ps.name) or {GPU: FLAVOR}),
                     resource_usage={GPU: ps.requests[GPU] * ps.count},
                     count=ps.count,
                 )

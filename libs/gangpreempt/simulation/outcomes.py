@@ -13,7 +13,8 @@ preemption held back by the disruption budget, logged once per incarnation). Fro
 - **partial-gang evictions**: fewer pods evicted than the job runs (the rest of the
   gang is then useless);
 - **thrash**: a job evicted again within ``thrash_window_s`` (an hour) of an earlier
-  eviction, having been started again in between;
+  eviction, having been started again in between; also per pair of ClusterQueues (the
+  victim's and the preemptor's), where fair sharing's loops would show;
 - **lost GPU-hours**: for each eviction, the work since the victim's last checkpoint
   (checkpoints every ``checkpoint_interval_s`` from its latest start) times its GPUs;
 - the **wait** from arrival to first start, per priority (p50 / p95 / p99), and the
@@ -48,6 +49,7 @@ class Record(msgspec.Struct, frozen=True, omit_defaults=True):
     preemptor: str = ""  # evicted: for whom
     pods: int = 0  # evicted: pods evicted
     of_pods: int = 0  # evicted: pods the job runs
+    queue: str = ""  # arrived: the job's ClusterQueue
 
 
 class Percentiles(msgspec.Struct, frozen=True):
@@ -55,6 +57,14 @@ class Percentiles(msgspec.Struct, frozen=True):
     p50: float
     p95: float
     p99: float
+
+
+class QueuePairThrash(msgspec.Struct, frozen=True):
+    """Thrash between two ClusterQueues (a victim's and its preemptor's, in name order;
+    twice the same name: within one queue)."""
+
+    queues: tuple[str, str]
+    thrash: int
 
 
 class Outcomes(msgspec.Struct, frozen=True):
@@ -70,6 +80,8 @@ class Outcomes(msgspec.Struct, frozen=True):
     jobs_started: int
     jobs_finished: int
     budget_held: int = 0  # preemptions the disruption budget held back at least once
+    # thrash per pair of ClusterQueues, the most first
+    thrash_by_queues: list[QueuePairThrash] = msgspec.field(default_factory=list)
 
 
 def percentiles(values: Sequence[float]) -> Percentiles:
@@ -107,9 +119,12 @@ def outcomes(
     lost = 0.0
     finished: list[float] = []
     evicted_at: dict[str, float] = {}
+    queue_of: dict[str, str] = {}
+    pairs: dict[tuple[str, str], int] = {}
     for r in records:
         if r.kind == ARRIVED:
             arrived[r.job] = (r.at, r.priority)
+            queue_of[r.job] = r.queue
         elif r.kind == STARTED:
             first_start.setdefault(r.job, r.at)
             running_since[r.job] = r.at
@@ -131,6 +146,8 @@ def outcomes(
                 and r.at - previous <= thrash_window_s
             ):
                 thrash += 1
+                a, b = sorted((queue_of.get(r.job, ""), queue_of.get(r.preemptor, "")))
+                pairs[(a, b)] = pairs.get((a, b), 0) + 1
             last_eviction[r.job] = r.at
             restarted_since_eviction.discard(r.job)
             plans.setdefault((r.preemptor, r.at), []).append(r.job)
@@ -175,6 +192,9 @@ def outcomes(
         jobs_started=len(first_start),
         jobs_finished=len(finished),
         budget_held=held,
+        thrash_by_queues=[
+            QueuePairThrash(k, n) for k, n in sorted(pairs.items(), key=lambda kv: (-kv[1], kv[0]))
+        ],
     )
 
 
@@ -201,6 +221,36 @@ def utilization(log: Iterable[Record], capacity_gpus: int, bucket_s: float) -> l
     return [round(b / (capacity_gpus * bucket_s), 6) for b in buckets]
 
 
+def queue_gpus(log: Iterable[Record], bucket_s: float) -> dict[str, list[float]]:
+    """Each ClusterQueue's GPUs busy in each bucket of the replay (time-weighted mean),
+    for the queues the arrivals name."""
+    if bucket_s <= 0:
+        raise ValueError("bucket must be positive")
+    records = sorted(log, key=lambda r: r.at)  # stable: same instant, in the order logged
+    if not records:
+        return {}
+    size = int(records[-1].at // bucket_s) + 1
+    queue_of = {r.job: r.queue for r in records if r.kind == ARRIVED and r.queue}
+    buckets = {q: [0.0] * size for q in sorted(set(queue_of.values()))}
+    busy = {q: 0 for q in buckets}
+    busy_by_job: dict[str, int] = {}
+    t = records[0].at
+    for r in records:
+        if r.at > t:
+            for q, gpus in busy.items():
+                _spread(buckets[q], t, r.at, gpus, bucket_s)
+            t = r.at
+        queue = queue_of.get(r.job)
+        if queue is None:
+            continue
+        if r.kind == STARTED:
+            busy_by_job[r.job] = r.gpus
+            busy[queue] += r.gpus
+        elif r.kind in (GONE, FINISHED):
+            busy[queue] -= busy_by_job.pop(r.job, 0)
+    return {q: [round(b / bucket_s, 3) for b in bs] for q, bs in buckets.items()}
+
+
 def _spread(buckets: list[float], start: float, end: float, gpus: int, size: float) -> None:
     """Add ``gpus`` busy from ``start`` to ``end`` into the buckets it covers."""
     while start < end and gpus:
@@ -219,8 +269,10 @@ __all__ = [
     "STARTED",
     "Outcomes",
     "Percentiles",
+    "QueuePairThrash",
     "Record",
     "outcomes",
     "percentiles",
+    "queue_gpus",
     "utilization",
 ]

@@ -84,8 +84,9 @@ from gangpreempt.simulation.outcomes import (
 )
 from gangpreempt.simulation.podroom import PodRoom
 from gangpreempt.simulation.problems import PassView
+from gangpreempt.simulation.queueconfig import QueueConfig, install
 from gangpreempt.simulation.trace import Job
-from gangpreempt.simulation.world import FLAVOR, GPU, NAMESPACE, cluster_objects
+from gangpreempt.simulation.world import GPU, NAMESPACE, cluster_objects
 
 GANGPREEMPT = "gangpreempt"
 POD_IMMEDIATE = "pod-immediate"
@@ -113,6 +114,9 @@ class Settings(msgspec.Struct, frozen=True):
     min_runtime_s: float = 0.0  # a minimum runtime every ClusterQueue gives (0: none)
     # the cluster-wide disruption budget (``planning.budget``) on the BUDGETED policies
     disruption_budget: Budget | None = None
+    # the operator's Kueue configuration (``simulate --queues FILE``); None: one cohort of
+    # one ClusterQueue per trace queue, ``quotas`` their nominal GPUs (``world``)
+    queue_config: QueueConfig | None = None
 
 
 class Stats(msgspec.Struct):
@@ -141,14 +145,22 @@ class Replay:
         self.policy = policy
         self.settings = settings
         self.kueue = policy != POD_IMMEDIATE
+        config = settings.queue_config
         objects = cluster_objects(
-            settings.quotas if self.kueue else {},
+            settings.quotas if self.kueue and config is None else {},
             settings.nodes,
             settings.gpus_per_node,
             preemption=policy != NO_PREEMPTION,
             min_runtime_s=settings.min_runtime_s,
         )
         self.state: ClusterState = load([], objects, "replay").state
+        if self.kueue and config is not None:
+            install(
+                self.state,
+                config,
+                preemption=policy != NO_PREEMPTION,
+                min_runtime_s=settings.min_runtime_s,
+            )
         self.origin = settings.origin
         self.now = settings.origin
         self.ledger = Ledger(self.state, self.now) if self.kueue else None
@@ -167,6 +179,8 @@ class Replay:
         self._freed: dict[str, dict[str, str]] = {}
         self.index.build(self.now)
         self.jobs = {j.job_id: j for j in jobs}
+        # trace queue -> its ClusterQueue (the same name but for an operator's configuration)
+        self.cluster_queue = dict(config.queue_map) if config is not None else {}
         self.objects: dict[str, JobObjects] = {}
         self.remaining: dict[str, float] = {}  # work left, seconds
         self.running_since: dict[str, float] = {}  # started jobs: since when
@@ -261,7 +275,8 @@ class Replay:
             self._put("Workload", objs.workload)
         for pod in objs.pods:
             self._put("Pod", pod)
-        self.log.append(Record(at, ARRIVED, job.job_id, priority=job.priority))
+        queue = self.cluster_queue.get(job.queue, job.queue)
+        self.log.append(Record(at, ARRIVED, job.job_id, priority=job.priority, queue=queue))
 
     def _start(self, at: float, job: str) -> None:
         self.running_since[job] = at
@@ -281,11 +296,14 @@ class Replay:
         for pod in objs.pods:
             self._remove("Pod", pod.key)
 
-    def _admit(self, at: float, job: str, placement: dict[int, str]) -> None:
-        """Kueue admitted the job: its Workload, and its pods bound at ``placement``
-        (none under ``gang-unconfirmed``: they wait for room)."""
+    def _admit(self, at: float, job: str, d: Decision) -> None:
+        """Kueue admitted the job (``d``: to its ClusterQueue, in the flavors assigned):
+        its Workload, and its pods bound at the decision's placement (none under
+        ``gang-unconfirmed``: they wait for room)."""
         objs = self.objects[job]
-        self._put("Workload", objs.admitted(self.now))
+        queue = d.queue.removeprefix("ClusterQueue/")
+        self._put("Workload", objs.admitted(self.now, queue, d.flavors))
+        placement = placement_of(d.placement)
         if placement:
             self._bind(at, job, placement)
         else:
@@ -386,7 +404,11 @@ class Replay:
         available: dict[str, int] = {}
 
         def observe(ev: Evaluation, snap: Snapshot) -> None:
-            available[ev.pending.ref] = cq_available(ev.cq.node, (FLAVOR, GPU))
+            # the GPUs of every flavor (one flavor but for an operator's configuration)
+            node = ev.cq.node
+            available[ev.pending.ref] = sum(
+                cq_available(node, fr) for fr in node.subtree_quota if fr[1] == GPU
+            )
 
         watch = observe if self.problems is not None else None
         decisions = cycle_decisions(snapshot, waiting, planner, first, watch, self.parking)
@@ -411,7 +433,7 @@ class Replay:
         preempting = []
         for d in decisions:
             if d.outcome == ADMIT:
-                self._admit(at, job_of(d.preemptor), placement_of(d.placement))
+                self._admit(at, job_of(d.preemptor), d)
             elif d.outcome == PREEMPT and self.policy != NO_PREEMPTION and d.preemptor not in held:
                 preempting.append(d)  # held: it waits, holding nothing
         for d in preempting:
@@ -462,7 +484,10 @@ class Replay:
             running_since={j: self._at(t) for j, t in self.running_since.items()},
             checkpoint_interval_s=self.settings.checkpoint_interval_s,
             nominal=dict(self.settings.quotas),
-            usage={name: cq.node.usage.get((FLAVOR, GPU), 0) for name, cq in snapshot.cqs.items()},
+            usage={
+                name: sum(used for (_, resource), used in cq.node.usage.items() if resource == GPU)
+                for name, cq in snapshot.cqs.items()
+            },
         )
 
     def _at(self, replay_s: float) -> float:

@@ -4,7 +4,7 @@ plots draw (utilization over time, evictions per day, waits per priority)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
@@ -15,6 +15,7 @@ from gangpreempt.simulation.outcomes import (
     Outcomes,
     Record,
     outcomes,
+    queue_gpus,
     utilization,
 )
 from gangpreempt.simulation.replay import Stats
@@ -29,6 +30,8 @@ class Series(msgspec.Struct, frozen=True):
     utilization: list[float]  # per hour of the replay
     evictions_per_day: list[int]
     waits: dict[str, list[float]]  # priority -> every started job's wait, seconds, sorted
+    # ClusterQueue -> its GPUs busy per hour over its nominal GPUs (1: at its quota)
+    queue_share: dict[str, list[float]] = msgspec.field(default_factory=dict)
 
 
 class PolicyReport(msgspec.Struct, frozen=True):
@@ -46,11 +49,23 @@ class PolicyReport(msgspec.Struct, frozen=True):
     parked: int = 0  # of the decisions, those given without a search (parking: exact)
 
 
-def series(log: Sequence[Record], capacity_gpus: int, window_s: float) -> Series:
-    """The plots' series over the window (the utilization of each hour in it)."""
+def series(
+    log: Sequence[Record],
+    capacity_gpus: int,
+    window_s: float,
+    nominal: Mapping[str, int] | None = None,
+) -> Series:
+    """The plots' series over the window (the utilization of each hour in it; with
+    ``nominal``, ClusterQueue -> nominal GPUs, each queue's use of its quota per hour)."""
     hours = utilization(log, capacity_gpus, HOUR) if log else []
     count = max(1, int(-(-window_s // HOUR)))
     hours = (hours + [0.0] * count)[:count]
+    share: dict[str, list[float]] = {}
+    if nominal:
+        for queue, gpus in queue_gpus(log, HOUR).items():
+            if nominal.get(queue):
+                used = (gpus + [0.0] * count)[:count]
+                share[queue] = [round(g / nominal[queue], 4) for g in used]
     days = [0] * max(1, int(-(-window_s // DAY)))
     for r in log:
         if r.kind == EVICTED and r.at < len(days) * DAY:
@@ -65,7 +80,7 @@ def series(log: Sequence[Record], capacity_gpus: int, window_s: float) -> Series
             started.add(r.job)
             at, priority = arrived[r.job]
             waits.setdefault(str(priority), []).append(r.at - at)
-    return Series(hours, days, {p: sorted(v) for p, v in sorted(waits.items())})
+    return Series(hours, days, {p: sorted(v) for p, v in sorted(waits.items())}, share)
 
 
 def policy_report(
@@ -78,8 +93,9 @@ def policy_report(
     capacity_gpus: int,
     window_s: float,
     peak_memory_mb: float,
+    nominal: Mapping[str, int] | None = None,
 ) -> tuple[PolicyReport, Series]:
-    drawn = series(log, capacity_gpus, window_s)
+    drawn = series(log, capacity_gpus, window_s, nominal)
     mean = sum(drawn.utilization) / len(drawn.utilization) if drawn.utilization else 0.0
     report = PolicyReport(
         policy=policy,
