@@ -231,3 +231,32 @@ def test_simulate_reads_the_file_and_reports_its_mapping(tmp_path: Path) -> None
     assert cluster["quotas"] == {"vc-a": 16, "vc-b": 8}
     assert cluster["fair_sharing"] is True
     assert (tmp_path / "plots" / "queue_share.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_two_flavors_of_one_queue_are_both_used_in_kueues_order(tmp_path: Path) -> None:
+    """on-demand first, then spot (flavor fungibility's default): the second job is
+    admitted in spot once on-demand's 8 GPUs are taken, and a third waits."""
+    cq = cluster_queue("a", 8, flavor="on-demand").replace(
+        "      resources: [{name: nvidia.com/gpu, nominalQuota: 8}]\n",
+        "      resources: [{name: nvidia.com/gpu, nominalQuota: 8}]\n"
+        "    - name: spot\n      resources: [{name: nvidia.com/gpu, nominalQuota: 8}]\n",
+    )
+    path = write(tmp_path, cq, flavors=("on-demand", "spot"))
+    jobs = [Job(f"A{i}", 10 * i, 1000, "a", 100, (8,)) for i in range(3)]
+    sim = Replay(
+        "gangpreempt",
+        jobs,
+        Settings(3, 8, {"a": 16}, T0, cycle_s=10, queue_config=read_queue_config(path, ["a"])),
+    )
+    sim.decisions_seen = []
+    sim.run()
+    admitted = {
+        d.preemptor: next(iter(d.flavors.values()))["nvidia.com/gpu"]
+        for _, ds in sim.decisions_seen
+        for d in ds
+        if d.outcome == "Admit"
+    }
+    assert admitted["Workload/trace/A0"] == "on-demand"
+    assert admitted["Workload/trace/A1"] == "spot"
+    starts = {r.job: r.at for r in sim.log if r.kind == STARTED}
+    assert starts["A2"] >= 1000  # 16 GPUs of quota, three nodes: the third waits
