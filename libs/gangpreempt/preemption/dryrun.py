@@ -9,11 +9,13 @@ reprieve order or room depends on more than the node itself; the node-by-node co
 handles those.
 
 A node's outcome (its victims and scores) depends only on its own row: the columns,
-which units the preemptor may take, and the node's free room. With nothing excluded,
-the outcomes are kept between decisions of the same shape (``Verdicts``, in the table's
-caches that every change to the units clears) and a node is computed again only when
-its room is not the one its outcome was computed with; the decision then looks at the
-first candidate nodes' kept scores.
+which units the preemptor may take, and the node's free room. What a priority may take
+is kept with the columns (``columns.Takeable``: a change rewrites it on the rows of its
+nodes, as it does the columns). With nothing excluded, the outcomes are kept between
+decisions of the same shape (``Verdicts``, in the table's caches that every change to
+the units clears) and a node is computed again only when its room is not the one its
+outcome was computed with; the decision then looks at the first candidate nodes' kept
+scores.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy.typing as npt
 from gangpreempt.model.pods import Pod
 from gangpreempt.model.scheduling import SchedulingConstraints
 from gangpreempt.placement.cluster import NodeCluster
-from gangpreempt.preemption.columns import NodeColumns
+from gangpreempt.preemption.columns import NodeColumns, Takeable
 from gangpreempt.preemption.units import Unit, UnitTable
 
 I64 = npt.NDArray[np.int64]
@@ -48,57 +50,20 @@ def allowed_rows(cluster: NodeCluster, scheduling: SchedulingConstraints) -> npt
     return result
 
 
-class Takeable:
-    """For one preemptor priority (and units excluded), which columns it may take and
-    what taking all of them frees on each node."""
-
-    __slots__ = ("_any", "freed", "mask")
-
-    def __init__(self, cols: NodeColumns, usable: npt.NDArray[np.bool_]) -> None:
-        # ``usable`` with one False appended: an empty cell (index -1) reads that one.
-        n = len(usable)
-        padded = np.zeros(n + 1, dtype=np.bool_)
-        padded[:n] = usable
-        self.mask: npt.NDArray[np.bool_] = padded[cols.index]
-        weights = self.mask.astype(np.int64)
-        # Per row, the taken room of its masked cells summed: one integer matrix product
-        # per row (rows x 1 x width @ rows x width x resources), exact as the sum is.
-        self.freed: I64 = np.matmul(weights[:, None, :], cols.taken)[:, 0, :]
-        self._any: npt.NDArray[np.bool_] | None = None
-
-    @property
-    def any(self) -> npt.NDArray[np.bool_]:
-        """Per row, whether it holds a masked cell (computed on first use)."""
-        if self._any is None:
-            found = np.zeros(self.mask.shape[0], dtype=np.bool_)
-            for col in range(self.mask.shape[1]):
-                found |= self.mask[:, col]
-            self._any = found
-        return self._any
-
-
 def _takeable(
     table: UnitTable,
     cols: NodeColumns,
-    resources: tuple[str, ...],
     priority: int,
     exclude: Collection[str],
 ) -> tuple[Takeable, bool]:
-    """Cached per (resources, priority) when nothing is excluded, the usual case; and
-    whether it is the cached one."""
+    """The columns' kept one when nothing is excluded, the usual case (kept current row
+    by row with the columns); and whether it is the kept one."""
     skip = [cols.position[r] for r in exclude if r in cols.position]
-    key = ("takeable", priority, *resources)
-    cached = table.derived.get(key)
-    if cached is not None and not skip:
-        result: Takeable = cached
-        return result, True
-    usable = table.eligible_mask(priority)
-    if skip:
-        usable = usable.copy()
-        usable[skip] = False
-        return Takeable(cols, usable), False
-    takeable = table.derived[key] = Takeable(cols, usable)
-    return takeable, True
+    if not skip:
+        return cols.takeable(priority), True
+    usable = table.eligible_mask(priority).copy()
+    usable[skip] = False
+    return Takeable(cols, usable), False
 
 
 class Verdicts:
@@ -112,6 +77,7 @@ class Verdicts:
 
     __slots__ = (
         "cols",
+        "computed",
         "earliest",
         "free",
         "highest",
@@ -128,6 +94,7 @@ class Verdicts:
         self.cols = cols
         self.takeable = takeable
         self.valid = np.zeros(n, dtype=np.bool_)
+        self.computed = False  # whether any row is valid
         self.free: I64 = np.zeros((n, n_resources), dtype=np.int64)  # room computed on
         self.victim = np.zeros((n, width), dtype=np.bool_)
         self.highest: I64 = np.zeros(n, dtype=np.int64)
@@ -139,19 +106,24 @@ class Verdicts:
         """Make ``rows`` current: those not computed yet, or computed on other room
         (``free``: the nodes' room now; ``freed_all``: with every takeable unit gone)."""
         cols = self.cols
-        ok = self.valid[rows]
-        then, now = self.free[rows], free[rows]
-        for k in range(free.shape[1]):
-            ok &= then[:, k] == now[:, k]
-        todo = rows[~ok]
-        if len(todo) == 0:
-            return
+        if self.computed:
+            ok = self.valid[rows]
+            then, now = self.free[rows], free[rows]
+            for k in range(free.shape[1]):
+                ok &= then[:, k] == now[:, k]
+            todo = rows[~ok]
+            if len(todo) == 0:
+                return
+            now = now[~ok]
+        else:  # nothing computed yet (the first decision after a change): every row
+            todo, now = rows, free[rows]
         victim = _reprieve(freed_all[todo], self.takeable.mask[todo], cols.taken[todo], need)
         scores = _scores(todo, victim, cols)
         self.victim[todo] = victim
         self.highest[todo], self.total[todo], self.n_pods[todo], self.earliest[todo] = scores
-        self.free[todo] = now[~ok]
+        self.free[todo] = now
         self.valid[todo] = True
+        self.computed = True
 
     def pick(self, rows: I64) -> int:
         """``_pick`` on the kept scores (``rows`` current)."""
@@ -200,7 +172,7 @@ def dry_run(
     cols = table.columns_for(resources)
     if cols.index.shape[1] == 0:
         return None, 0
-    takeable, shared = _takeable(table, cols, resources, priority, exclude)
+    takeable, shared = _takeable(table, cols, priority, exclude)
     free = cluster.free_rows_of(resources)
     freed_all = free + takeable.freed
     potential = allowed_rows(cluster, pod.scheduling) & takeable.any
@@ -230,32 +202,40 @@ def _reprieve(room: I64, live: npt.NDArray[np.bool_], taken: I64, need: I64) -> 
     """selectVictimsOnNode's reprieve for every row at once: ``room`` (rows x resources)
     with every ``live`` cell (rows x columns) gone, ``taken`` (rows x columns x
     resources) what each cell holds; the columns most important first, each put back
-    while the pod (``need``) still fits. The victims, as a mask like ``live``."""
-    free = np.ascontiguousarray(room.T)  # resources x rows: each test a short reduction
-    want = need[:, None]
-    victim = np.zeros_like(live)
-    for col in range(live.shape[1]):
-        here = live[:, col]
-        if not here.any():
-            continue
-        trial = free - taken[:, col, :].T
-        back = here & (trial >= want).all(axis=0)
-        free = np.where(back, trial, free)
-        victim[:, col] = here & ~back
-    return victim
+    while the pod (``need``) still fits. The victims, as a mask like ``live`` (a view of
+    a columns x rows array: ``_scores`` reads it along the columns)."""
+    # Column-major copies: each step reads one contiguous block per array, and the test
+    # "still fits once put back" is room - need >= what it takes, on every resource.
+    slack = np.ascontiguousarray(room.T) - need[:, None]  # resources x rows
+    cells = np.ascontiguousarray(taken.transpose(1, 2, 0))  # columns x resources x rows
+    alive = np.ascontiguousarray(live.T)  # columns x rows
+    back = np.zeros_like(alive)
+    for col in np.flatnonzero(alive.any(axis=1)).tolist():
+        holds = cells[col]
+        fits = (slack >= holds).all(axis=0)
+        fits &= alive[col]
+        slack -= holds * fits
+        back[col] = fits
+    back ^= alive  # the live cells not put back (``back`` only holds live ones)
+    return back.T
 
 
 def _scores(rows: I64, victim: Any, cols: NodeColumns) -> tuple[I64, I64, I64, Any]:
     """pickOneNodeForPreemption's criteria per row (lower is better but for the last):
     highest victim priority, sum of (priority + 2^31) over victim pods, victim pods, and
-    the earliest start of the highest-priority victims (later is better)."""
-    prio = cols.priority[rows]
-    pods = cols.pods[rows]
-    highest = np.where(victim, prio, np.iinfo(np.int64).min).max(axis=1)
-    total = ((prio + SHIFT) * pods * victim).sum(axis=1)
-    n_pods = (pods * victim).sum(axis=1)
-    top = victim & (prio == highest[:, None])
-    earliest = np.where(top, cols.start[rows], np.inf).min(axis=1)
+    the earliest start of the highest-priority victims (later is better). Computed along
+    the columns (``victim`` transposed, contiguous when ``_reprieve`` made it): a few
+    whole-array steps instead of a short reduction per row."""
+    chosen = victim.T  # columns x rows
+    prio = cols.priority.T[:, rows]
+    pods = cols.pods.T[:, rows]
+    highest = np.where(chosen, prio, np.iinfo(np.int64).min).max(axis=0)
+    victim_pods = pods * chosen
+    n_pods = victim_pods.sum(axis=0)
+    # the sum of (priority + 2^31) x pods, with the 2^31 x pods term taken out
+    total = (prio * victim_pods).sum(axis=0) + SHIFT * n_pods
+    top = chosen & (prio == highest)
+    earliest = np.where(top, cols.start.T[:, rows], np.inf).min(axis=0)
     return highest, total, n_pods, earliest
 
 
