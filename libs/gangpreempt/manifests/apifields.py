@@ -96,6 +96,9 @@ EXTRA_TYPES: dict[str, FieldTypes] = {
         "topologyName": None,
     },
     "kueue.WorkloadPriorityClass": {**_OBJECT, "value": None, "description": None},
+    "kueue.Topology": {**_OBJECT, "spec": "kueue.TopologySpec"},
+    "kueue.TopologySpec": {"levels": "kueue.TopologyLevel"},
+    "kueue.TopologyLevel": {"nodeLabel": None},
     "kueue.Workload": {**_OBJECT, "spec": "kueue.WorkloadSpec", "status": None},
     "kueue.WorkloadSpec": {
         "podSets": "kueue.PodSet",
@@ -169,6 +172,7 @@ ROOTS: tuple[tuple[str, str, str], ...] = (
     (_KUEUE, "Cohort", "kueue.Cohort"),
     (_KUEUE, "LocalQueue", "kueue.LocalQueue"),
     (_KUEUE, "ResourceFlavor", "kueue.ResourceFlavor"),
+    (_KUEUE, "Topology", "kueue.Topology"),
     (_KUEUE, "WorkloadPriorityClass", "kueue.WorkloadPriorityClass"),
     (_KUEUE, "Workload", "kueue.Workload"),
     (r"jobset\.x-k8s\.io/v1alpha2", "JobSet", "jobset.JobSet"),

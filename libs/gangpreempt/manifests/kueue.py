@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Callable
 
+from gangpreempt.manifests import topology
 from gangpreempt.manifests.core import toleration
 from gangpreempt.manifests.fields import Fields, describe, join
 from gangpreempt.manifests.kueueconfig import fair_weight
@@ -74,6 +75,7 @@ def resource_flavor(name: str, spec: Fields) -> ResourceFlavor:
         node_labels=spec.text_map("nodeLabels"),
         node_taints=taints(spec, "nodeTaints"),
         tolerations=tolerations(spec),
+        topology_name=spec.opt_text("topologyName") or "",
     )
 
 
@@ -318,6 +320,7 @@ def _pod_sets(spec: Fields) -> tuple[PodSet, ...]:
         assert template is not None
         pod_spec = template.map("spec", required=True)
         assert pod_spec is not None
+        annotations = template.map_or_empty("metadata").text_map("annotations")
         pod_sets.append(
             PodSet(
                 name=name,
@@ -325,6 +328,7 @@ def _pod_sets(spec: Fields) -> tuple[PodSet, ...]:
                 min_count=min_count,
                 requests=pod_requests(pod_spec),
                 scheduling=constraints(pod_spec),
+                topology=topology.topology_request(ps, annotations),
             )
         )
     if not pod_sets:
@@ -343,13 +347,15 @@ def _admission(status: Fields, pod_sets: tuple[PodSet, ...]) -> Admission | None
         if name not in counts:
             psa.fail("name", f"no pod set named {name!r} in spec.podSets")
         count = psa.integer("count", minimum=0, what="a positive integer or zero")
+        count = counts[name] if count is None else count
         assignments.append(
             PodSetAssignment(
                 name=name,
                 flavors=psa.text_map("flavors"),
                 # a sum over the pod set's pods: bounded by what the model encodes
                 resource_usage=psa.amounts("resourceUsage", limit=MAX_USAGE),
-                count=counts[name] if count is None else count,
+                count=count,
+                topology_assignment=topology.topology_assignment(psa, count),
             )
         )
     return Admission(

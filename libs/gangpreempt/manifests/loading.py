@@ -12,7 +12,15 @@ import msgspec
 
 from gangpreempt.collecting import paused
 from gangpreempt.errors import ManifestError
-from gangpreempt.manifests import apifields, core, integrations, kueue, kueueconfig, nodes
+from gangpreempt.manifests import (
+    apifields,
+    core,
+    integrations,
+    kueue,
+    kueueconfig,
+    nodes,
+    topology,
+)
 from gangpreempt.manifests.authority import join_checks
 from gangpreempt.manifests.deriving import Derived, KueuePod, derive_pods, derive_submitted
 from gangpreempt.manifests.fastpod import fast_pod
@@ -39,6 +47,7 @@ KUEUE_VERSIONS = ("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1", "kueue.x-k
 CLUSTER_SCOPED = {
     "AdmissionCheck",
     "ResourceFlavor",
+    "Topology",
     "ClusterQueue",
     "Cohort",
     "WorkloadPriorityClass",
@@ -367,6 +376,9 @@ class _Reader:
             if kind == "ResourceFlavor":
                 self._put(st.flavors, name, kueue.resource_flavor(name, spec), where)
                 return
+            if kind == "Topology":
+                self._put(st.topologies, name, topology.topology(name, spec), where)
+                return
             if kind == "LocalQueue":
                 lq = kueue.local_queue(namespace, name, spec)
                 self._put(st.local_queues, lq.key, lq, where)
@@ -637,6 +649,7 @@ def reads(api_version: str, kind: str) -> bool:
             "ClusterQueue",
             "Cohort",
             "ResourceFlavor",
+            "Topology",
             "LocalQueue",
             "WorkloadPriorityClass",
             "Workload",

@@ -23,6 +23,7 @@ from gangpreempt.model.queues import (
     ResourceFlavor,
     WorkloadPriorityClass,
 )
+from gangpreempt.model.topology import Topology
 from gangpreempt.model.workloads import PRIORITY_CLASS, WORKLOAD_PRIORITY_CLASS, Workload
 
 
@@ -49,6 +50,8 @@ class ClusterState(msgspec.Struct):
     kueue_configurations: dict[str, KueueConfiguration] = msgspec.field(default_factory=dict)
     # Kueue's AdmissionChecks by name (gangpreempt's own among them: ``model.checks``).
     admission_checks: dict[str, AdmissionCheck] = msgspec.field(default_factory=dict)
+    # Kueue's Topologies by name (topology-aware scheduling: ``model.topology``).
+    topologies: dict[str, Topology] = msgspec.field(default_factory=dict)
 
     def gang_workload(self, key: str) -> tuple[str, ...]:
         """The pod groups of a scheduling.k8s.io Workload (``namespace/name``), by key."""

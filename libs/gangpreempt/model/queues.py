@@ -28,6 +28,7 @@ class ResourceFlavor(msgspec.Struct, frozen=True):
     node_labels: dict[str, str] = msgspec.field(default_factory=dict)
     node_taints: tuple[Taint, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    topology_name: str = ""  # spec.topologyName: a topology-aware scheduling flavor
 
 
 class ResourceQuota(msgspec.Struct, frozen=True):

@@ -10,6 +10,7 @@ import msgspec
 from gangpreempt.model.bounds import Count, Priority, Quantity
 from gangpreempt.model.checks import READY, CheckState
 from gangpreempt.model.scheduling import SchedulingConstraints
+from gangpreempt.model.topology import TopologyAssignment, TopologyRequest
 
 QUOTA_RESERVED = "QuotaReserved"
 ADMITTED = "Admitted"
@@ -30,6 +31,8 @@ class PodSet(msgspec.Struct, frozen=True):
     requests: dict[str, Quantity]  # per pod, integer amounts
     min_count: Count | None = None
     scheduling: SchedulingConstraints = SchedulingConstraints()
+    # Kueue's topology-aware scheduling: where its pods must be (None: no topology asked)
+    topology: TopologyRequest | None = None
 
     def total(self, count: int | None = None) -> dict[str, int]:
         n = self.count if count is None else count
@@ -41,6 +44,8 @@ class PodSetAssignment(msgspec.Struct, frozen=True):
     flavors: dict[str, str]
     resource_usage: dict[str, Quantity]  # total for the pod set
     count: Count
+    # Kueue's topology-aware scheduling: the domains its pods were admitted to
+    topology_assignment: TopologyAssignment | None = None
 
 
 class Admission(msgspec.Struct, frozen=True):
