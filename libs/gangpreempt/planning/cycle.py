@@ -91,6 +91,7 @@ class AdmissionPass:
         observe: Callable[[Evaluation, Snapshot], None] | None = None,
     ) -> None:
         self.snapshot = snapshot
+        snapshot.forget_topology()  # the nodes and pods may have changed since
         # Called with each preemption as it is decided, on the snapshot it was decided on
         # (what ``gangpreempt simulate`` measures against the optimum); reads only.
         self.observe = observe
@@ -243,12 +244,20 @@ class AdmissionPass:
             msg = "skipped: no longer fits after processing another workload"
             self._pending(queue, ev, msg, strict_only=False)
             return
+        topo = ev.topology
+        if topo is not None and topo.asks and not topo.settle({t.aw.key for t in ev.targets}):
+            # Kueue recomputes the assignment in the cycle (TASRecompute...): none now
+            msg = f"skipped: no longer fits after processing another workload ({topo.reason})"
+            self._pending(queue, ev, msg, strict_only=False)
+            return
 
         if ev.targets and self.observe is not None:
             self.observe(ev, self.snapshot)
         for t in ev.targets:
             self.snapshot.release(t.aw)
         self.snapshot.take_usage(ev.cq.node, ev.assignment.usage)
+        if topo is not None and topo.assigned:
+            self.snapshot.take_topology(ev.pending.workload, topo.flavors, topo.assigned)
         self.decisions.append(decision(ev))
         if ev.targets:
             if tree is not None:

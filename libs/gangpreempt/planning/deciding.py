@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from gangpreempt.model.queues import ANY, NEVER
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision, Victim, plural
+from gangpreempt.planning.topology import Topology, topology_requests
 from gangpreempt.preemption.candidates import IN_CLUSTER_QUEUE, Request
 from gangpreempt.preemption.classical import Target
 from gangpreempt.preemption.oracle import Searches, oracle_for
@@ -19,7 +20,7 @@ from gangpreempt.quota.snapshot import ClusterQueueState, Snapshot
 class Evaluation:
     """A pending workload's flavor assignment and, if it needs preemption, its victims."""
 
-    __slots__ = ("assignment", "cq", "pending", "targets")
+    __slots__ = ("assignment", "cq", "pending", "targets", "topology")
 
     def __init__(
         self,
@@ -27,14 +28,19 @@ class Evaluation:
         cq: ClusterQueueState,
         assignment: Assignment,
         targets: list[Target],
+        topology: Topology | None = None,
     ) -> None:
         self.pending = pending
         self.cq = cq
         self.assignment = assignment
         self.targets = targets
+        # Kueue's topology-aware scheduling, when a pod set asks for it
+        self.topology = topology
 
     @property
     def mode(self) -> Mode:
+        if self.topology is not None and self.topology.mode is not None:
+            return self.topology.mode
         return self.assignment.mode
 
     @property
@@ -92,20 +98,40 @@ def evaluate(snapshot: Snapshot, pending: PendingWorkload) -> Evaluation:
     searches = Searches(snapshot)
     assigner = FlavorAssigner(snapshot, cq, pending, oracle_for(snapshot, searches))
 
+    asks = topology_requests(snapshot, cq, pending)
+    topology: Topology | None = None
+
     def attempt(counts: dict[str, int] | None) -> tuple[Assignment, list[Target]]:
+        nonlocal topology
         assignment = assigner.assign(counts)
+        topology = None
+        if asks and assignment.mode in (Mode.Fit, Mode.Preempt):
+            topology = Topology(snapshot, pending, asks, assignment)
+        mode = topology.mode or assignment.mode if topology else assignment.mode
         targets: list[Target] = []
-        if assignment.mode is Mode.Preempt:
-            req = Request(pending, cq, assignment.needing_preemption(), dict(assignment.usage))
+        if mode is Mode.Preempt:
+            frs = assignment.needing_preemption()
+            check = None
+            if topology is not None:
+                frs |= topology.resources()
+                check = topology.fits
+            req = Request(pending, cq, frs, dict(assignment.usage), check)
             targets = searches(req).targets
+            if (
+                topology is not None
+                and targets
+                and not topology.settle({t.aw.key for t in targets})
+            ):
+                targets = []  # a search that does not ask the topology (fair sharing)
         return assignment, targets
 
     assignment, targets = attempt(None)
-    if assignment.mode is not Mode.Fit and not targets:
+    mode = topology.mode or assignment.mode if topology else assignment.mode
+    if mode is not Mode.Fit and not targets:
         partial = _partial_admission(pending, attempt)
         if partial is not None:
             assignment, targets = partial
-    return Evaluation(pending, cq, assignment, targets)
+    return Evaluation(pending, cq, assignment, targets, topology)
 
 
 def _partial_admission(
@@ -196,14 +222,18 @@ def decision(ev: Evaluation, override: str | None = None) -> Decision:
         ]
     elif mode is Mode.Preempt:
         outcome = PENDING
-        detail = ev.assignment.message()
+        detail = ev.assignment.message() or (ev.topology.reason if ev.topology else "")
         message = "needs preemption, but no workload is allowed to be preempted"
         if detail:
             message += f" ({detail})"
         message += f": {_what_would_preempt(ev)}"
     else:
         outcome = PENDING
-        message = ev.assignment.message() or "does not fit"
+        message = (
+            (ev.topology.reason if ev.topology else "") or ev.assignment.message() or "does not fit"
+        )
+    if outcome in (ADMIT, PREEMPT) and ev.topology is not None and ev.topology.assigned:
+        message += f"; topology: {ev.topology.describe()}"
     if outcome in (ADMIT, PREEMPT):
         full = {ps.name: ps.count for ps in ev.pending.pod_sets}
         partial = [
@@ -223,6 +253,7 @@ def decision(ev: Evaluation, override: str | None = None) -> Decision:
         victims=victims,
         placement={},
         message=message,
+        topology=dict(ev.topology.assigned) if ev.topology and outcome != PENDING else {},
     )
 
 

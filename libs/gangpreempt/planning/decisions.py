@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from gangpreempt.model.topology import TopologyAssignment
+
 ADMIT = "Admit"
 PREEMPT = "Preempt"
 PENDING = "Pending"
@@ -31,6 +33,8 @@ class Decision(msgspec.Struct, omit_defaults=True):
     # For a Workload derived from what a user submitted (a Job, a plain Pod, ...): that
     # object (``Job/ns/name``); empty otherwise.
     owner: str = ""
+    # Kueue's topology-aware scheduling: each such pod set's topology assignment
+    topology: dict[str, TopologyAssignment] = msgspec.field(default_factory=dict)
 
 
 class Plan(msgspec.Struct):

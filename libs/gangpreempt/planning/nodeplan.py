@@ -609,8 +609,12 @@ class NodePlanner:
         quota victims are gone; when they do not fit, lower-priority units on the nodes
         are preempted too (the gang search, with the quota victims forced). The victim
         set then satisfies both the quota and the nodes; a Workload that cannot be
-        placed preempts nothing. Other decisions are returned as they are."""
+        placed preempts nothing. Other decisions are returned as they are, and so is one
+        with a topology assignment (Kueue's topology-aware scheduling: the assignment says
+        where its pods go, and its victims made that room)."""
         if d.outcome not in (ADMIT, PREEMPT) or not d.preemptor.startswith("Workload/"):
+            return d
+        if d.topology:
             return d
         key = d.preemptor.split("/", 1)[1]
         self._release(d.preemptor)

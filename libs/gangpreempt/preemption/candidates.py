@@ -96,7 +96,7 @@ class Candidate:
 class Request:
     """What the search must make room for: the preemptor, its queue, its quota needs."""
 
-    __slots__ = ("cq", "frs", "preemptor", "usage")
+    __slots__ = ("cq", "frs", "preemptor", "topology", "usage")
 
     def __init__(
         self,
@@ -104,11 +104,15 @@ class Request:
         cq: ClusterQueueState,
         frs: frozenset[FR],
         usage: Quantities,
+        topology: Callable[[], bool] | None = None,
     ) -> None:
         self.preemptor = preemptor
         self.cq = cq
         self.frs = frs
         self.usage = usage
+        # Kueue's topology-aware scheduling: whether the pod sets that ask for a topology
+        # have an assignment on the snapshot as it stands (None: none asks)
+        self.topology = topology
 
 
 def borrow_within_cohort(cq: ClusterQueueState) -> tuple[bool, int | None]:

@@ -44,14 +44,16 @@ class Target:
         return f"<Target {self.aw.ref} {self.reason}>"
 
 
-def fits(snapshot: Snapshot, req: Request, allow_borrowing: bool) -> bool:
+def fits(snapshot: Snapshot, req: Request, allow_borrowing: bool, topology: bool = True) -> bool:
+    """The preemptor fits the quota as the snapshot stands (and, with ``topology``, its
+    topology-aware pod sets have an assignment)."""
     node = req.cq.node
     for fr, v in req.usage.items():
         if not allow_borrowing and node.borrowing_with(fr, v):
             return False
         if v > cq_available(node, fr):
             return False
-    return True
+    return not topology or req.topology is None or req.topology()
 
 
 def _under_nominal(req: Request) -> bool:
@@ -183,7 +185,8 @@ def search(snapshot: Snapshot, req: Request) -> Search:
         return Search(FairSearch(snapshot, req).run(), True)
     candidates = Candidates(snapshot, req)
     for borrowing in attempts(req, candidates):
-        if not candidates.could_fit(borrowing, lambda b: fits(snapshot, req, b)):
+        # on quota alone: the check takes the candidates' usage out, not the candidates
+        if not candidates.could_fit(borrowing, lambda b: fits(snapshot, req, b, False)):
             continue
         targets: list[Target] = []
         for cand in candidates.sequence(borrowing):

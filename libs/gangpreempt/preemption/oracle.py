@@ -18,10 +18,13 @@ class Searches:
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
-        self._done: dict[tuple[str, str, frozenset[FR], tuple[tuple[FR, int], ...]], Search] = {}
+        self._done: dict[
+            tuple[str, str, frozenset[FR], tuple[tuple[FR, int], ...], bool], Search
+        ] = {}
 
     def __call__(self, req: Request) -> Search:
-        key = (req.preemptor.key, req.cq.name, req.frs, tuple(sorted(req.usage.items())))
+        usage = tuple(sorted(req.usage.items()))
+        key = (req.preemptor.key, req.cq.name, req.frs, usage, req.topology is not None)
         found = self._done.get(key)
         if found is None:
             found = self._done[key] = search(self.snapshot, req)

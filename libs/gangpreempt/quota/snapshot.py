@@ -13,14 +13,16 @@ from __future__ import annotations
 import bisect
 import contextlib
 import math
-from collections.abc import Callable, Iterable, Iterator, KeysView
+from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.lostwork import workload_lost_work
 from gangpreempt.model.queues import ClusterQueue, ResourceFlavor
+from gangpreempt.model.topology import TopologyAssignment
 from gangpreempt.model.workloads import Workload
+from gangpreempt.quota.tas import TasView
 from gangpreempt.quota.toleration import Tolerance, any_policy, tolerance
 from gangpreempt.quota.tree import (
     FR,
@@ -275,6 +277,10 @@ class Snapshot:
         self._children: dict[str, list[tuple[Node, ClusterQueueState]]] = {}
         # While a scratch section is open: how to undo each permanent change, in order.
         self._journal: list[Callable[[], None]] | None = None
+        # Kueue's topology-aware scheduling (``quota.tas``): built when first asked, and
+        # from then the workloads a search has removed (their assignments hold no room)
+        self._tas: TasView | None = None
+        self.removed: set[str] | None = None
 
     @contextlib.contextmanager
     def scratch(self) -> Iterator[Snapshot]:
@@ -461,9 +467,44 @@ class Snapshot:
 
     def remove(self, aw: AdmittedWorkload) -> None:
         _give(self.cqs[aw.cq].node, aw.usage)
+        if self.removed is not None:
+            self.removed.add(aw.key)
 
     def restore(self, aw: AdmittedWorkload) -> None:
         _take(self.cqs[aw.cq].node, aw.usage)
+        if self.removed is not None:
+            self.removed.discard(aw.key)
+
+    # -- topology-aware scheduling ---------------------------------------------------
+    def tas(self) -> TasView:
+        """The topology flavors' view of this snapshot (``quota.tas``)."""
+        if self._tas is None:
+            self._tas = TasView(self.state)
+            self.removed = set()
+        return self._tas
+
+    def forget_topology(self) -> None:
+        """Build the topology view again when next asked (the state moved on)."""
+        self._tas, self.removed = None, None
+
+    def take_topology(
+        self,
+        wl: Workload,
+        flavors: Mapping[str, Mapping[str, str]],
+        assignments: Mapping[str, TopologyAssignment],
+    ) -> None:
+        """The pass placed ``wl`` there: later searches of the pass see it (undone by a
+        scratch section)."""
+        view = self.tas()
+        view.take(wl, flavors, assignments)
+        self._record(lambda: view.take(wl, flavors, assignments, sign=-1))
+
+    def tas_gone(self) -> frozenset[str]:
+        """The TAS workloads whose assignments hold no room now: removed by a search, or
+        released (preempted) by the pass."""
+        view = self.tas()
+        removed = self.removed or set()
+        return frozenset(k for k in view.holding if k in removed or k not in self.admitted)
 
     # -- queries -------------------------------------------------------------------
     def cluster_queues_in_tree(self, cq: ClusterQueueState) -> Iterator[ClusterQueueState]:
