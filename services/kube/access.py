@@ -44,6 +44,7 @@ PDBS = Resource("policy", "poddisruptionbudgets", "PodDisruptionBudget")
 KUEUE_GROUP = "kueue.x-k8s.io"
 ADMISSION_CHECKS = Resource(KUEUE_GROUP, "admissionchecks", "AdmissionCheck", False)
 RESOURCE_FLAVORS = Resource(KUEUE_GROUP, "resourceflavors", "ResourceFlavor", False)
+TOPOLOGIES = Resource(KUEUE_GROUP, "topologies", "Topology", False)
 COHORTS = Resource(KUEUE_GROUP, "cohorts", "Cohort", False)
 CLUSTER_QUEUES = Resource(KUEUE_GROUP, "clusterqueues", "ClusterQueue", False)
 LOCAL_QUEUES = Resource(KUEUE_GROUP, "localqueues", "LocalQueue")
@@ -63,6 +64,7 @@ WATCHED: tuple[Resource, ...] = (
     PRIORITY_CLASSES,
     ADMISSION_CHECKS,
     RESOURCE_FLAVORS,
+    TOPOLOGIES,
     COHORTS,
     CLUSTER_QUEUES,
     LOCAL_QUEUES,

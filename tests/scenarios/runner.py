@@ -5,7 +5,8 @@ expected decision(s) in ``expect.yaml``.
 ``outcome`` / ``victims`` / ``mode`` / ``flavors`` / ``borrowing``, or, without
 ``workload``, lists ``decisions`` of one admission pass (each with ``preemptor`` and any
 of the same keys). Only the keys present are checked; victims compare as sets of
-``(object, reason)``. Node-level bundles also check ``placement`` (preemptor pod ->
+``(object, reason)``; ``topology`` (Kueue's topology-aware scheduling) maps each pod set
+to its assignment's ``levels`` and ``domains`` (``values``, ``count``), in order. Node-level bundles also check ``placement`` (preemptor pod ->
 node, exactly) and ``pods`` (every victim pod, as a set); the ``workload`` may then be a
 ``Pod/``, ``PodGroup/`` or scheduling.k8s.io ``Workload/``.
 """
@@ -83,6 +84,18 @@ def check_decision(d: Decision, exp: dict[str, Any], where: str) -> None:
     if "borrowing" in exp:
         assert d.borrowing == exp["borrowing"], (
             f"{where}: borrowing {d.borrowing}, expected {exp['borrowing']}"
+        )
+    if "topology" in exp:
+        got_topology = {
+            ps: {
+                "levels": list(ta.levels),
+                "domains": [{"values": list(x.values), "count": x.count} for x in ta.domains],
+            }
+            for ps, ta in d.topology.items()
+        }
+        want_topology = exp["topology"] or {}
+        assert got_topology == want_topology, (
+            f"{where}: topology {got_topology}, expected {want_topology} ({d.message})"
         )
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from gangpreempt.manifests import load
 from gangpreempt.planning.decisions import ADMIT, PENDING, PREEMPT, Decision
+from gangpreempt.planning.explaining import explain, explanation_lines
 from gangpreempt.planning.planning import plan
 
 pytestmark = pytest.mark.unit
@@ -192,3 +193,17 @@ def test_asking_for_a_topology_in_a_flavor_without_one_is_nofit_and_said(tmp_pat
     got = decide(tmp_path, pending("train", 2), topology=False)["train"]
     assert (got.outcome, got.mode) == (PENDING, "NoFit")
     assert "asks for a topology, and flavor tas-gpu names no Topology" in got.message
+
+
+def test_explain_says_why_each_rack_was_or_was_not_chosen(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    lone = node("c1", "r3")  # a rack of one node can never hold two pods
+    docs = [CLUSTER.replace("QUOTA", "32"), *RACKS, lone, *FULL, pending("train", 2)]
+    path.write_text("---\n".join(docs))
+    e = explain(load([str(path)]).state, NOW, "Workload/ml/train")
+    by_rack = {line.split(f"{RACK}=")[1].split(" ")[0]: line for line in e.topology}
+    assert set(by_rack) == {"r1", "r2", "r3"}
+    assert "chosen: room for 2 pods (it needs 2) once the victims are gone" in by_rack["r1"]
+    assert "Kueue's victim order made room elsewhere first" in by_rack["r2"]
+    assert "it can never hold them all" in by_rack["r3"]
+    assert any(line.startswith("  topology: pod set main") for line in explanation_lines(e))

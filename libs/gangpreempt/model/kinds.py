@@ -26,6 +26,7 @@ from gangpreempt.model.queues import (
     ResourceFlavor,
     WorkloadPriorityClass,
 )
+from gangpreempt.model.topology import Topology
 from gangpreempt.model.workloads import Workload
 
 # kind -> (model type, ClusterState table)
@@ -34,6 +35,7 @@ KINDS: dict[str, tuple[type[Any], str]] = {
     "Namespace": (Namespace, "namespaces"),
     "AdmissionCheck": (AdmissionCheck, "admission_checks"),
     "ResourceFlavor": (ResourceFlavor, "flavors"),
+    "Topology": (Topology, "topologies"),
     "ClusterQueue": (ClusterQueue, "cluster_queues"),
     "Cohort": (Cohort, "cohorts"),
     "LocalQueue": (LocalQueue, "local_queues"),

@@ -407,6 +407,27 @@ class _Search:
         )
 
 
+def domain_pods(
+    nodes: TopologyNodes,
+    request: TopologyRequest,
+    count: int,
+    per_pod: Mapping[str, int],
+    scheduling: SchedulingConstraints = _NO_CONSTRAINTS,
+    *,
+    simulate_empty: bool = False,
+    assumed: Mapping[Path, Mapping[str, int]] | None = None,
+) -> tuple[str, dict[Path, int]]:
+    """The requested level and how many of the pod set's pods each of its domains holds
+    (in whole slices), on the room the search would see: what ``explain`` shows."""
+    search = _Search(nodes, request, count, per_pod, scheduling, simulate_empty, assumed or {})
+    level = search.level
+    size = search.slice_size
+    return nodes.topology.levels[level], {
+        path: d.slices * size if level <= search.slice_level else d.pods
+        for path, d in sorted(search.by_level[level].items())
+    }
+
+
 def find_assignment(
     nodes: TopologyNodes,
     request: TopologyRequest,
@@ -424,4 +445,4 @@ def find_assignment(
     return _Search(nodes, request, count, per_pod, scheduling, simulate_empty, assumed or {}).run()
 
 
-__all__ = ["NotFit", "TopologyNodes", "find_assignment", "taint_text"]
+__all__ = ["NotFit", "TopologyNodes", "domain_pods", "find_assignment", "taint_text"]

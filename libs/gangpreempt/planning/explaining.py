@@ -72,6 +72,9 @@ class Explanation(msgspec.Struct, frozen=True):
     # How the victims the rules allow were chosen: the peers' order (kueue-order), or
     # the set losing least work (lost-gpu-hours).
     victim_cost: str | None = None
+    # Kueue's topology-aware scheduling: why each domain of the requested level was, or
+    # was not, chosen
+    topology: list[str] = msgspec.field(default_factory=list)
 
 
 def explain(
@@ -381,6 +384,10 @@ def _quota(
                 rule, why = _quota_rule_of(snapshot, req, classifier, aw, tree, d)
             others.append(Verdict(aw.ref, aw.priority, rule, why, aw.cq))
         waiting = _quota_waiting(ev, d) if d.outcome == PENDING else []
+        topology: list[str] = []
+        if ev.topology is not None and ev.topology.mode is not Mode.NoFit:
+            gone = frozenset(v.object.removeprefix("Workload/") for v in d.victims)
+            topology = ev.topology.domain_lines(gone)
     # Victims on the nodes that the decision added for the workload's pods (its quota
     # fits, the nodes it must run on do not).
     for v in d.victims:
@@ -399,6 +406,7 @@ def _quota(
         others,
         waiting,
         victim_cost=victim_cost_name(victim_cost),
+        topology=topology,
     )
 
 
@@ -526,6 +534,8 @@ def explanation_lines(e: Explanation) -> Iterable[str]:
         yield f"  victim {v.object} (priority {v.priority}): {v.why}"
     for v in e.others:
         yield f"  kept   {v.object} (priority {v.priority}) [{v.rule}]: {v.why}"
+    for line in e.topology:
+        yield f"  topology: {line}"
     for line in e.waiting:
         yield f"  waits: {line}"
 

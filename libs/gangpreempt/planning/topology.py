@@ -106,6 +106,63 @@ class Topology:
             parts.append(f"{name}: {'/'.join(ta.levels)} {where}")
         return "; ".join(parts)
 
+    def domain_lines(self, victims: frozenset[str]) -> list[str]:
+        """Why each domain of a required or preferred level was or was not chosen: the
+        pods it holds now, with the decision's victims gone, and with every TAS workload
+        gone (``explain``)."""
+        view = self.snapshot.tas()
+        state = self.snapshot.state
+        now_gone = self.snapshot.tas_gone()
+        lines: list[str] = []
+        for ps in self.wl.pod_sets:
+            request = self.asks.get(ps.name)
+            flavor = tas_flavor(state, self.flavors.get(ps.name, {}))
+            if request is None or flavor is None or not request.level:
+                continue
+            count = self.counts.get(ps.name, ps.count)
+            key, now = view.domains(ps, request, flavor, count, now_gone)
+            _, freed = view.domains(ps, request, flavor, count, now_gone | victims)
+            _, empty = view.domains(ps, request, flavor, count, simulate_empty=True)
+            chosen = self._chosen(ps.name, flavor, len(next(iter(now), ())))
+            kind = "required" if request.required else "preferred"
+            for path in now:
+                where = f"pod set {ps.name}, {key}={path[-1]}"
+                if path in chosen:
+                    why = f"chosen: room for {freed[path]} pods (it needs {count})" + (
+                        " once the victims are gone" if victims else ""
+                    )
+                elif empty[path] < count:
+                    why = (
+                        f"holds {now[path]} of the {count} pods, {empty[path]} even with every "
+                        "topology-aware workload gone: it can never hold them all"
+                    )
+                elif freed[path] >= count:
+                    why = (
+                        f"holds {freed[path]} of the {count} pods too; Kueue's BestFit takes "
+                        "the domain that holds them with the least room to spare"
+                    )
+                else:
+                    why = (
+                        f"holds {freed[path]} of the {count} pods with the victims gone, "
+                        f"{empty[path]} with every topology-aware workload gone: Kueue's "
+                        "victim order made room elsewhere first"
+                    )
+                lines.append(f"{where} ({kind}): {why}")
+        return lines
+
+    def _chosen(self, ps: str, flavor: str, depth: int) -> set[tuple[str, ...]]:
+        """The domains (paths ``depth`` long) the pod set's assignment lies in."""
+        ta = self.assigned.get(ps)
+        if ta is None:
+            return set()
+        tree = self.snapshot.tas().tree(flavor)
+        out: set[tuple[str, ...]] = set()
+        for d in ta.domains:
+            path = tree.path_of(ta.levels, d.values)
+            if path is not None:
+                out.add(path[:depth])
+        return out
+
     def resources(self) -> frozenset[FR]:
         """Every flavor-resource of the pod sets that ask for a topology (Kueue marks them
         all as needing preemption when the topology forces it)."""

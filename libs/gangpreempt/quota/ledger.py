@@ -25,6 +25,7 @@ STRUCTURAL = frozenset(
         "ClusterQueue",
         "Cohort",
         "ResourceFlavor",
+        "Topology",
         "WorkloadPriorityClass",
         "PriorityClass",
         "KueueConfiguration",

@@ -18,7 +18,13 @@ from collections.abc import Mapping, Sequence
 from gangpreempt.model.cluster import ClusterState
 from gangpreempt.model.topology import TopologyAssignment, TopologyRequest
 from gangpreempt.model.workloads import PodSet, Workload
-from gangpreempt.placement.topology import NotFit, Path, TopologyNodes, find_assignment
+from gangpreempt.placement.topology import (
+    NotFit,
+    Path,
+    TopologyNodes,
+    domain_pods,
+    find_assignment,
+)
 
 Usage = dict[str, int]
 
@@ -139,6 +145,27 @@ class TasView:
             for path, use in _per_leaf(tree, ta, ps.requests).items():
                 _add(extra.setdefault(path, {}), use, 1)
         return out
+
+    def domains(
+        self,
+        ps: PodSet,
+        request: TopologyRequest,
+        flavor: str,
+        count: int,
+        gone: frozenset[str] = frozenset(),
+        simulate_empty: bool = False,
+    ) -> tuple[str, dict[Path, int]]:
+        """The requested level of ``ps`` and the pods each of its domains holds there."""
+        self._build()
+        return domain_pods(
+            self._trees[flavor],
+            request,
+            count,
+            ps.requests,
+            ps.scheduling,
+            simulate_empty=simulate_empty,
+            assumed=self._assumed(flavor, gone, simulate_empty),
+        )
 
     def _assumed(self, flavor: str, gone: frozenset[str], empty: bool) -> dict[Path, Usage]:
         out: dict[Path, Usage] = {}
