@@ -192,7 +192,7 @@ def test_in_a_queue_of_topology_flavors_a_plain_pod_set_is_implied_tas(tmp_path:
 def test_asking_for_a_topology_in_a_flavor_without_one_is_nofit_and_said(tmp_path: Path) -> None:
     got = decide(tmp_path, pending("train", 2), topology=False)["train"]
     assert (got.outcome, got.mode) == (PENDING, "NoFit")
-    assert "asks for a topology, and flavor tas-gpu names no Topology" in got.message
+    assert 'Flavor "tas-gpu" does not support TopologyAwareScheduling' in got.message
 
 
 def test_explain_says_why_each_rack_was_or_was_not_chosen(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from gangpreempt.planning.deciding import (
     unavailable,
 )
 from gangpreempt.planning.decisions import PENDING, Decision
+from gangpreempt.planning.topology import Topology
 from gangpreempt.planning.tournament import fair_order
 from gangpreempt.quota.assignment import Assignment
 from gangpreempt.quota.modes import Mode
@@ -221,6 +222,12 @@ class AdmissionPass:
                 held = _reserve(ev)
                 self.snapshot.take_usage(ev.cq.node, held)
                 self.held.append((ev.cq, held))
+                if ev.topology is not None and ev.topology.reserve():
+                    # Kueue reserves the room it would take with every TAS workload gone
+                    held_room = ev.topology
+                    self.snapshot.take_topology(
+                        ev.pending.workload, held_room.flavors, held_room.assigned
+                    )
             self._pending(queue, ev, None, strict_only=True)
             return
         if ev.borrowing and tree in self.preempting_trees and not self.snapshot.fair_sharing:
@@ -244,12 +251,24 @@ class AdmissionPass:
             msg = "skipped: no longer fits after processing another workload"
             self._pending(queue, ev, msg, strict_only=False)
             return
-        topo = ev.topology
+        topo: Topology | None = ev.topology
         if topo is not None and topo.asks and not topo.settle({t.aw.key for t in ev.targets}):
-            # Kueue recomputes the assignment in the cycle (TASRecompute...): none now
-            msg = f"skipped: no longer fits after processing another workload ({topo.reason})"
-            self._pending(queue, ev, msg, strict_only=False)
-            return
+            # What the pass took since left its topology no room: Kueue computes the whole
+            # assignment again in the cycle (TASRecomputeAssignmentWithinSchedulingCycle)
+            ev = evaluate(self.snapshot, ev.pending)
+            topo = ev.topology
+            if ev.mode is not Mode.Fit and not (ev.mode is Mode.Preempt and ev.targets):
+                self._pending(queue, ev, None, strict_only=ev.mode is Mode.NoFit)
+                return
+            if (
+                not self._fits(ev)
+                or (ev.borrowing and tree in self.preempting_trees)
+                or (topo is not None and topo.asks and not topo.assigned)
+            ):
+                why = f" ({topo.reason})" if topo is not None and topo.reason else ""
+                msg = f"skipped: no longer fits after processing another workload{why}"
+                self._pending(queue, ev, msg, strict_only=False)
+                return
 
         if ev.targets and self.observe is not None:
             self.observe(ev, self.snapshot)

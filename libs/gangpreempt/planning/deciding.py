@@ -99,49 +99,44 @@ def evaluate(snapshot: Snapshot, pending: PendingWorkload) -> Evaluation:
     assigner = FlavorAssigner(snapshot, cq, pending, oracle_for(snapshot, searches))
 
     asks = topology_requests(snapshot, cq, pending)
-    topology: Topology | None = None
 
-    def attempt(counts: dict[str, int] | None) -> tuple[Assignment, list[Target]]:
-        nonlocal topology
+    def attempt(counts: dict[str, int] | None) -> Evaluation:
         assignment = assigner.assign(counts)
         topology = None
         if asks and assignment.mode in (Mode.Fit, Mode.Preempt):
             topology = Topology(snapshot, pending, asks, assignment)
-        mode = topology.mode or assignment.mode if topology else assignment.mode
-        targets: list[Target] = []
-        if mode is Mode.Preempt:
+        ev = Evaluation(pending, cq, assignment, [], topology)
+        if ev.mode is Mode.Preempt:
             frs = assignment.needing_preemption()
             check = None
             if topology is not None:
                 frs |= topology.resources()
                 check = topology.fits
             req = Request(pending, cq, frs, dict(assignment.usage), check)
-            targets = searches(req).targets
+            ev.targets = searches(req).targets
             if (
                 topology is not None
-                and targets
-                and not topology.settle({t.aw.key for t in targets})
+                and ev.targets
+                and not topology.settle({t.aw.key for t in ev.targets})
             ):
-                targets = []  # a search that does not ask the topology (fair sharing)
-        return assignment, targets
+                ev.targets = []  # a search that does not ask the topology (fair sharing)
+        return ev
 
-    assignment, targets = attempt(None)
-    mode = topology.mode or assignment.mode if topology else assignment.mode
-    if mode is not Mode.Fit and not targets:
+    ev = attempt(None)
+    if ev.mode is not Mode.Fit and not ev.targets:
         partial = _partial_admission(pending, attempt)
         if partial is not None:
-            assignment, targets = partial
-    return Evaluation(pending, cq, assignment, targets, topology)
+            ev = partial
+    return ev
 
 
 def _partial_admission(
-    pending: PendingWorkload,
-    attempt: Callable[[dict[str, int] | None], tuple[Assignment, list[Target]]],
-) -> tuple[Assignment, list[Target]] | None:
+    pending: PendingWorkload, attempt: Callable[[dict[str, int] | None], Evaluation]
+) -> Evaluation | None:
     """Kueue's partial admission (its pod-set reducer): when the full counts neither fit
     nor can preempt, pod sets with a ``minCount`` shrink together, each by its share of
     the total reduction (rounded down), and a binary search finds the smallest reduction
-    that fits or can preempt."""
+    that fits (quota and topology) or can preempt."""
     pod_sets = pending.pod_sets
     deltas = [
         ps.count - (ps.min_count if ps.min_count is not None else ps.count) for ps in pod_sets
@@ -155,13 +150,13 @@ def _partial_admission(
             ps.name: ps.count - d * step // total for ps, d in zip(pod_sets, deltas, strict=True)
         }
 
-    found: dict[int, tuple[Assignment, list[Target]]] = {}
+    found: dict[int, Evaluation] = {}
     lo, hi = 0, total + 1
     while lo < hi:
         mid = (lo + hi) // 2
-        assignment, targets = attempt(counts(mid))
-        if assignment.mode is Mode.Fit or targets:
-            found[mid] = (assignment, targets)
+        ev = attempt(counts(mid))
+        if ev.mode is Mode.Fit or ev.targets:
+            found[mid] = ev
             hi = mid
         else:
             lo = mid + 1

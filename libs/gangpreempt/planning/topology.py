@@ -180,6 +180,16 @@ class Topology:
             return False
         return True
 
+    def reserve(self) -> bool:
+        """The assignment with every TAS workload gone (Kueue's placement for a
+        preemptor without victims, whose room lower-priority heads may not take in the
+        cycle), kept; False when there is none."""
+        try:
+            self.assigned = self._assign(frozenset(), simulate_empty=True)
+        except NotFit:
+            return False
+        return True
+
     def settle(self, victims: set[str] | frozenset[str] = frozenset()) -> bool:
         """The assignments with ``victims`` gone (and what the pass took), kept; False
         (and none kept) when there are none."""

@@ -25,6 +25,7 @@ from gangpreempt.quota.modes import (
 )
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import ClusterQueueState, Snapshot
+from gangpreempt.quota.tas import flavor_mismatch
 from gangpreempt.quota.tree import (
     FR,
     Quantities,
@@ -188,9 +189,17 @@ class FlavorAssigner:
                 return g
         return None
 
-    def _flavor_rejects(self, ps: PodSet, flavor: ResourceFlavor | None, name: str) -> str | None:
+    def _flavor_rejects(
+        self, ps: PodSet, flavor: ResourceFlavor | None, name: str, group: ResourceGroup
+    ) -> str | None:
         if flavor is None:
             return f"flavor {name} not found"
+        state = self.snapshot.state
+        if state.topologies or flavor.topology_name:
+            names = [f.name for g in self.cq.spec.resource_groups for f in g.flavors]
+            mismatch = flavor_mismatch(state, names, ps, flavor, group.covered_resources)
+            if mismatch is not None:
+                return mismatch
         taint = ps.scheduling.first_untolerated(flavor.node_taints, flavor.tolerations)
         if taint is not None:
             return f"untolerated taint {taint} in flavor {name}"
@@ -217,7 +226,7 @@ class FlavorAssigner:
         for idx in range(start, len(flavors)):
             attempted = idx
             name = flavors[idx].name
-            rejected = self._flavor_rejects(ps, self.snapshot.flavors.get(name), name)
+            rejected = self._flavor_rejects(ps, self.snapshot.flavors.get(name), name, group)
             if rejected is None and probe is not None:
                 rejected = self._probe_rejects(name, group, probe, usage)
             if rejected is not None:

@@ -575,7 +575,10 @@ def admitted_usage(wl: Workload) -> Quantities:
     pod_sets = {ps.name: ps for ps in wl.pod_sets}
     for psa in wl.admission.pod_set_assignments:
         ps = pod_sets.get(psa.name)
-        count = max(0, psa.count - wl.reclaimable_pods.get(psa.name, 0))
+        # Kueue's count after reclaim: the pod set's count less its reclaimable pods;
+        # below the admission's count, the recorded usage is scaled down to it
+        total = ps.count if ps is not None else psa.count
+        count = min(psa.count, max(0, total - wl.reclaimable_pods.get(psa.name, 0)))
         for res, flavor in psa.flavors.items():
             if res in psa.resource_usage:
                 v = psa.resource_usage[res]

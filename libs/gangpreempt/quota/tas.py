@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.queues import ResourceFlavor
+from gangpreempt.model.topology import HOSTNAME_LABEL as HOSTNAME
 from gangpreempt.model.topology import TopologyAssignment, TopologyRequest
 from gangpreempt.model.workloads import PodSet, Workload
 from gangpreempt.placement.topology import (
@@ -53,15 +55,51 @@ def tas_only(state: ClusterState, flavor_names: Sequence[str]) -> bool:
     )
 
 
+def flavor_mismatch(
+    state: ClusterState,
+    queue_flavors: Sequence[str],
+    ps: PodSet,
+    flavor: ResourceFlavor,
+    covered: Sequence[str],
+) -> str | None:
+    """Kueue's ``checkPodSetAndFlavorMatchForTAS``: why ``flavor`` (of a resource group
+    covering ``covered``) may not serve ``ps``, or None. A pod set asking for a topology
+    takes only topology flavors that have its levels (a flavor without one is fine if it
+    covers none of its resources); one asking for none takes no topology flavor, unless
+    every flavor of its ClusterQueue names one (implied)."""
+    implied = tas_only(state, queue_flavors)
+    request = ps.topology
+    if request is None and not implied:
+        if flavor.topology_name:
+            return f'Flavor "{flavor.name}" supports only TopologyAwareScheduling'
+        return None
+    if request is None:
+        return None  # implied: every flavor of the queue is a topology flavor
+    if not flavor.topology_name:
+        if not any(r in covered for r, q in ps.requests.items() if q):
+            return None
+        return f'Flavor "{flavor.name}" does not support TopologyAwareScheduling'
+    topology = state.topologies.get(flavor.topology_name)
+    if topology is None:
+        return f'Flavor "{flavor.name}" information missing in TAS cache'
+    levels = topology.levels
+    main = request.level or (levels[0] if request.slice_level else "")
+    if not main and request.unconstrained:
+        main = levels[-1]
+    if main not in levels or (request.slice_level or levels[-1]) not in levels:
+        return f'Flavor "{flavor.name}" does not contain the requested level'
+    return None
+
+
 class TasView:
     """The topology flavors' trees of one snapshot, and the assignments the pass adds."""
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._trees: dict[str, TopologyNodes] = {}
-        # admitted workload key -> flavor -> leaf path -> usage there
+        # admitted workload key -> flavor (of a tree) -> leaf path -> usage there
         self.holding: dict[str, dict[str, dict[Path, Usage]]] = {}
-        # flavor -> leaf path -> usage the pass added
+        # flavor (of a tree) -> leaf path -> usage the pass added
         self.added: dict[str, dict[Path, Usage]] = {}
         self._built = False
 
@@ -92,11 +130,12 @@ class TasView:
                 if ta is None or ps is None or flavor is None:
                     continue
                 tas_keys.add(wl.key)
-                tree = self._trees[flavor]
-                tree.add_assignment(ta, ps.requests)
-                held = self.holding.setdefault(wl.key, {}).setdefault(flavor, {})
-                for path, use in _per_leaf(tree, ta, ps.requests).items():
-                    _add(held.setdefault(path, {}), use, 1)
+                for name, per_leaf in self.spread(flavor, ta, ps.requests).items():
+                    tree = self._trees[name]
+                    held = self.holding.setdefault(wl.key, {}).setdefault(name, {})
+                    for path, use in per_leaf.items():
+                        _add(tree.leaves[path].tas, use, 1)
+                        _add(held.setdefault(path, {}), use, 1)
         for pod in st.pods.values():
             if not pod.node_name or pod.finished:
                 continue
@@ -127,8 +166,11 @@ class TasView:
             if request is None or flavor is None:
                 continue
             tree = self._trees[flavor]
-            extra = assumed.setdefault(flavor, self._assumed(flavor, gone, simulate_empty))
+            if flavor not in assumed:
+                assumed[flavor] = self._assumed(flavor, gone, simulate_empty)
             count = counts.get(ps.name, ps.count)
+            if count <= 0:
+                continue  # Kueue gives an empty pod set no assignment
             try:
                 ta = find_assignment(
                     tree,
@@ -137,13 +179,35 @@ class TasView:
                     ps.requests,
                     ps.scheduling,
                     simulate_empty=simulate_empty,
-                    assumed=extra,
+                    assumed=assumed[flavor],
                 )
             except NotFit as exc:
                 raise NotFit(f"couldn't assign flavors to pod set {ps.name}: {exc}") from None
             out[ps.name] = ta
-            for path, use in _per_leaf(tree, ta, ps.requests).items():
-                _add(extra.setdefault(path, {}), use, 1)
+            for name, per_leaf in self.spread(flavor, ta, ps.requests).items():
+                if name not in assumed:
+                    assumed[name] = self._assumed(name, gone, simulate_empty)
+                for path, use in per_leaf.items():
+                    _add(assumed[name].setdefault(path, {}), use, 1)
+        return out
+
+    def spread(
+        self, flavor: str, ta: TopologyAssignment, per_pod: Mapping[str, int]
+    ) -> dict[str, dict[Path, Usage]]:
+        """The usage of an assignment in ``flavor``, per tree and leaf: its own tree; and
+        with a hostname level, every hostname-level flavor's tree holding those nodes
+        (Kueue's ``TASHandleOverlappingFlavors``, on by default: flavors sharing nodes
+        share their room)."""
+        own = self._trees[flavor]
+        out = {flavor: _per_leaf(own, ta, per_pod)}
+        if not own.topology.hostname_leaves or not ta.levels or ta.levels[-1] != HOSTNAME:
+            return out
+        for name, tree in self._trees.items():
+            if name == flavor or not tree.topology.hostname_leaves:
+                continue
+            found = _per_leaf(tree, TopologyAssignment((HOSTNAME,), ta.domains), per_pod)
+            if found:
+                out[name] = found
         return out
 
     def domains(
@@ -192,9 +256,10 @@ class TasView:
             flavor = tas_flavor(self.state, flavors.get(ps.name, {}))
             if ta is None or flavor is None:
                 continue
-            added = self.added.setdefault(flavor, {})
-            for path, use in _per_leaf(self._trees[flavor], ta, ps.requests).items():
-                _add(added.setdefault(path, {}), use, sign)
+            for name, per_leaf in self.spread(flavor, ta, ps.requests).items():
+                added = self.added.setdefault(name, {})
+                for path, use in per_leaf.items():
+                    _add(added.setdefault(path, {}), use, sign)
 
 
 def _per_leaf(
@@ -217,4 +282,4 @@ def _add(into: Usage, use: Mapping[str, int], sign: int) -> None:
         into[res] = into.get(res, 0) + sign * q
 
 
-__all__ = ["TasView", "pod_set_request", "tas_flavor", "tas_only"]
+__all__ = ["TasView", "flavor_mismatch", "pod_set_request", "tas_flavor", "tas_only"]
