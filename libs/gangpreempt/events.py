@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 import msgspec
 
 from gangpreempt.model.bounds import Quantity
+from gangpreempt.model.topology import TopologyAssignment
 
 SCHEMA_VERSION = 1
 
@@ -79,6 +80,8 @@ class PodSetAdmission(msgspec.Struct, frozen=True):
     # not written into a Workload every replica would refuse.
     resource_usage: dict[str, Quantity]
     count: int
+    # Kueue's topology-aware scheduling: the domains its pods were admitted to
+    topology_assignment: TopologyAssignment | None = None
 
 
 class Admitted(Event, frozen=True, kw_only=True, tag=True):

@@ -403,7 +403,13 @@ class SimCluster:
         admission = Admission(
             cluster_queue=ev.cluster_queue,
             pod_set_assignments=tuple(
-                PodSetAssignment(p.name, dict(p.flavors), dict(p.resource_usage), p.count)
+                PodSetAssignment(
+                    p.name,
+                    dict(p.flavors),
+                    dict(p.resource_usage),
+                    p.count,
+                    topology_assignment=p.topology_assignment,
+                )
                 for p in ev.pod_sets
             ),
         )

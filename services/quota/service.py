@@ -649,7 +649,11 @@ class Quota:
             usage = {res: v for res, v in ps.total(count).items() if res in flavors}
             if "pods" in flavors:
                 usage["pods"] = count
-            pod_sets.append(events.PodSetAdmission(ps.name, dict(flavors), usage, count))
+            pod_sets.append(
+                events.PodSetAdmission(
+                    ps.name, dict(flavors), usage, count, d.topology.get(ps.name)
+                )
+            )
         return events.Admitted(
             id=events.stable_id("admitted", wl.key, wl.uid, wl.resource_version),
             occurred_at=self.ctx.now(),
