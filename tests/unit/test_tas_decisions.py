@@ -207,3 +207,22 @@ def test_explain_says_why_each_rack_was_or_was_not_chosen(tmp_path: Path) -> Non
     assert "Kueue's victim order made room elsewhere first" in by_rack["r2"]
     assert "it can never hold them all" in by_rack["r3"]
     assert any(line.startswith("  topology: pod set main") for line in explanation_lines(e))
+
+
+def test_pending_for_want_of_a_domain_it_is_told_which_move_would_free_one(
+    tmp_path: Path,
+) -> None:
+    """Each rack holds one protected workload (priority above the preemptor's) and has
+    one free node; moving the one of r1 to r2's free node would free r1 (beyond Kueue)."""
+    docs = (running("keep-a1", 50, "a1", 1), running("keep-b1", 50, "b1", 2))
+    d = decide(tmp_path, *docs, pending("train", 2))["train"]
+    assert d.outcome == PENDING
+    assert d.victims == []
+    assert (
+        "moving Workload/ml/keep-a1 from example.com/rack=r1 to r2 would free "
+        "example.com/rack=r1 for it (a suggestion: gangpreempt never moves a running "
+        "workload)"
+    ) in d.message
+    room = decide(tmp_path, running("keep-a1", 50, "a1", 1), pending("train", 2))["train"]
+    assert room.outcome == ADMIT
+    assert "moving" not in room.message

@@ -227,6 +227,11 @@ def decision(ev: Evaluation, override: str | None = None) -> Decision:
         message = (
             (ev.topology.reason if ev.topology else "") or ev.assignment.message() or "does not fit"
         )
+    topo = ev.topology
+    if outcome == PENDING and topo is not None and topo.asks and topo.snapshot.suggest_moves:
+        move = topo.suggestion()
+        if move:
+            message += f"; {move}"
     if outcome in (ADMIT, PREEMPT) and ev.topology is not None and ev.topology.assigned:
         message += f"; topology: {ev.topology.describe()}"
     if outcome in (ADMIT, PREEMPT):

@@ -68,6 +68,7 @@ def plan(
     loses least work, at quota level and on the nodes (``preemption.cheapest``)."""
     snapshot = Snapshot.build(state, now)
     snapshot.victim_cost = victim_cost
+    snapshot.suggest_moves = True
     return plan_on(snapshot, workload, excluded, priority_search, rescheduling)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gangpreempt.model.topology import TopologyAssignment, TopologyRequest
+from gangpreempt.model.workloads import Workload
 from gangpreempt.placement.topology import NotFit
 from gangpreempt.quota.assignment import Assignment
 from gangpreempt.quota.modes import Mode
@@ -51,7 +52,17 @@ class Topology:
     -> assignment, once it may be admitted or preempt), the mode it forces (None: the
     quota's) and why."""
 
-    __slots__ = ("asks", "assigned", "counts", "flavors", "mode", "reason", "snapshot", "wl")
+    __slots__ = (
+        "asks",
+        "assigned",
+        "counts",
+        "flavors",
+        "mode",
+        "reason",
+        "reserved",
+        "snapshot",
+        "wl",
+    )
 
     def __init__(
         self,
@@ -68,6 +79,8 @@ class Topology:
         self.assigned: dict[str, TopologyAssignment] = {}
         self.reason = ""
         self.mode: Mode | None = None
+        # the room ``reserve`` held for it in the pass (flavor -> leaf -> usage)
+        self.reserved: dict[str, dict[tuple[str, ...], dict[str, int]]] = {}
         state = snapshot.state
         for name in self.asks:
             if tas_flavor(state, self.flavors.get(name, {})) is None:
@@ -163,6 +176,95 @@ class Topology:
                 out.add(path[:depth])
         return out
 
+    def suggestion(self) -> str:
+        """Beyond Kueue: when no domain of a required level can hold a pod set, whether
+        moving one running TAS workload out of a domain (to room it has elsewhere) would
+        free that domain for it; "" when none would. A suggestion, never an action."""
+        view = self.snapshot.tas()
+        state = self.snapshot.state
+        gone = self.snapshot.tas_gone()
+        for ps in self.wl.pod_sets:
+            request = self.asks.get(ps.name)
+            flavor = tas_flavor(state, self.flavors.get(ps.name, {}))
+            if request is None or flavor is None or not request.required:
+                continue
+            tree = view.tree(flavor)
+            depth = tree.topology.levels.index(request.required) + 1
+            holders = sorted(
+                (key for key, by_tree in view.holding.items() if flavor in by_tree),
+                key=lambda k: (self._priority(k), k),
+            )
+            for key in holders:
+                if key in gone:
+                    continue
+                move = self._move(key, flavor, depth, gone)
+                if move is None:
+                    continue
+                domain, target, placed = move
+                for name, per_leaf in self.reserved.items():  # its own held room is its
+                    into = placed.setdefault(name, {})
+                    for path, use in per_leaf.items():
+                        slot = into.setdefault(path, {})
+                        for res, q in use.items():
+                            slot[res] = slot.get(res, 0) - q
+                try:
+                    self.snapshot.tas().assign(
+                        self.wl, self.asks, self.flavors, self.counts, gone | {key}, extra=placed
+                    )
+                except NotFit:
+                    continue
+                return (
+                    f"moving Workload/{key} from {request.required}={domain} to {target} "
+                    f"would free {request.required}={domain} for it (a suggestion: "
+                    "gangpreempt never moves a running workload)"
+                )
+        return ""
+
+    def _priority(self, key: str) -> int:
+        wl = self.snapshot.state.workloads.get(key)
+        return self.snapshot.state.priority_of(wl) if wl is not None else 0
+
+    def _move(
+        self, key: str, flavor: str, depth: int, gone: frozenset[str]
+    ) -> tuple[str, str, dict[str, dict[tuple[str, ...], dict[str, int]]]] | None:
+        """Workload ``key``, placed again out of the domains (paths ``depth`` long) it holds
+        now: (the domain it leaves, where it goes, its new usage), or None."""
+        view = self.snapshot.tas()
+        state = self.snapshot.state
+        wl = state.workloads.get(key)
+        if wl is None or wl.admission is None:
+            return None
+        held = view.holding[key][flavor]
+        domains = {path[:depth] for path in held}
+        if len(domains) != 1:
+            return None
+        (domain,) = domains
+        block = {
+            path: {res: 2**62 for res in (*leaf.free, "pods")}
+            for path, leaf in view.tree(flavor).leaves.items()
+            if path[:depth] == domain
+        }
+        names = (
+            [
+                f.name
+                for g in self.snapshot.cqs[wl.admission.cluster_queue].spec.resource_groups
+                for f in g.flavors
+            ]
+            if wl.admission.cluster_queue in self.snapshot.cqs
+            else []
+        )
+        implied = tas_only(state, names)
+        asks = {ps.name: r for ps in wl.pod_sets if (r := pod_set_request(ps, implied)) is not None}
+        flavors = {psa.name: dict(psa.flavors) for psa in wl.admission.pod_set_assignments}
+        counts = {psa.name: psa.count for psa in wl.admission.pod_set_assignments}
+        try:
+            placed = view.assign(wl, asks, flavors, counts, gone | {key}, extra={flavor: block})
+        except NotFit:
+            return None
+        usage = self._usage(wl, flavors, placed)
+        targets = {path[depth - 1] for path in usage.get(flavor, {})}
+        return domain[-1], ", ".join(sorted(targets)), usage
+
     def resources(self) -> frozenset[FR]:
         """Every flavor-resource of the pod sets that ask for a topology (Kueue marks them
         all as needing preemption when the topology forces it)."""
@@ -188,7 +290,31 @@ class Topology:
             self.assigned = self._assign(frozenset(), simulate_empty=True)
         except NotFit:
             return False
+        self.reserved = self._usage(self.wl, self.flavors, self.assigned)
         return True
+
+    def _usage(
+        self,
+        wl: Workload,
+        flavors: Mapping[str, Mapping[str, str]],
+        assigned: Mapping[str, TopologyAssignment],
+        sign: int = 1,
+    ) -> dict[str, dict[tuple[str, ...], dict[str, int]]]:
+        """What ``assigned`` takes, per tree and leaf (``sign`` -1: gives back)."""
+        view = self.snapshot.tas()
+        out: dict[str, dict[tuple[str, ...], dict[str, int]]] = {}
+        for ps in wl.pod_sets:
+            ta = assigned.get(ps.name)
+            flavor = tas_flavor(self.snapshot.state, flavors.get(ps.name, {}))
+            if ta is None or flavor is None:
+                continue
+            for name, per_leaf in view.spread(flavor, ta, ps.requests).items():
+                into = out.setdefault(name, {})
+                for path, use in per_leaf.items():
+                    slot = into.setdefault(path, {})
+                    for res, q in use.items():
+                        slot[res] = slot.get(res, 0) + sign * q
+        return out
 
     def settle(self, victims: set[str] | frozenset[str] = frozenset()) -> bool:
         """The assignments with ``victims`` gone (and what the pass took), kept; False

@@ -281,6 +281,9 @@ class Snapshot:
         # from then the workloads a search has removed (their assignments hold no room)
         self._tas: TasView | None = None
         self.removed: set[str] | None = None
+        # ``plan`` and ``explain``: a topology-aware workload left Pending is told which
+        # running workload, moved, would free a domain (not the services' cycles)
+        self.suggest_moves = False
 
     @contextlib.contextmanager
     def scratch(self) -> Iterator[Snapshot]:

@@ -152,14 +152,22 @@ class TasView:
         counts: Mapping[str, int],
         gone: frozenset[str] = frozenset(),
         simulate_empty: bool = False,
+        extra: Mapping[str, Mapping[Path, Usage]] | None = None,
     ) -> dict[str, TopologyAssignment]:
         """Each TAS pod set's assignment (pod set name -> assignment), in spec order, each
         seeing the ones before it; ``gone``: admitted workloads whose assignments no longer
-        hold room (victims). Raises ``NotFit`` with Kueue's message for the first that has
-        none."""
+        hold room (victims); ``extra``: more usage (flavor -> leaf -> usage) taken as
+        held. Raises ``NotFit`` with Kueue's message for the first that has none."""
         self._build()
         out: dict[str, TopologyAssignment] = {}
         assumed: dict[str, dict[Path, Usage]] = {}
+
+        def seed(name: str) -> dict[Path, Usage]:
+            found = self._assumed(name, gone, simulate_empty)
+            for path, use in (extra or {}).get(name, {}).items():
+                _add(found.setdefault(path, {}), use, 1)
+            return found
+
         for ps in wl.pod_sets:
             request = requests.get(ps.name)
             flavor = tas_flavor(self.state, flavors.get(ps.name, {}))
@@ -167,7 +175,7 @@ class TasView:
                 continue
             tree = self._trees[flavor]
             if flavor not in assumed:
-                assumed[flavor] = self._assumed(flavor, gone, simulate_empty)
+                assumed[flavor] = seed(flavor)
             count = counts.get(ps.name, ps.count)
             if count <= 0:
                 continue  # Kueue gives an empty pod set no assignment
@@ -186,7 +194,7 @@ class TasView:
             out[ps.name] = ta
             for name, per_leaf in self.spread(flavor, ta, ps.requests).items():
                 if name not in assumed:
-                    assumed[name] = self._assumed(name, gone, simulate_empty)
+                    assumed[name] = seed(name)
                 for path, use in per_leaf.items():
                     _add(assumed[name].setdefault(path, {}), use, 1)
         return out
