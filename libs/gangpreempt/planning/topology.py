@@ -20,13 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gangpreempt.model.topology import TopologyAssignment, TopologyRequest
-from gangpreempt.model.workloads import Workload
 from gangpreempt.placement.topology import NotFit
 from gangpreempt.quota.assignment import Assignment
 from gangpreempt.quota.modes import Mode
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import ClusterQueueState, Snapshot
-from gangpreempt.quota.tas import pod_set_request, tas_flavor, tas_only
+from gangpreempt.quota.tas import add_usage, pod_set_request, tas_flavor, tas_only
 from gangpreempt.quota.tree import FR
 
 
@@ -204,9 +203,7 @@ class Topology:
                 for name, per_leaf in self.reserved.items():  # its own held room is its
                     into = placed.setdefault(name, {})
                     for path, use in per_leaf.items():
-                        slot = into.setdefault(path, {})
-                        for res, q in use.items():
-                            slot[res] = slot.get(res, 0) - q
+                        add_usage(into.setdefault(path, {}), use, -1)
                 try:
                     self.snapshot.tas().assign(
                         self.wl, self.asks, self.flavors, self.counts, gone | {key}, extra=placed
@@ -261,7 +258,7 @@ class Topology:
             placed = view.assign(wl, asks, flavors, counts, gone | {key}, extra={flavor: block})
         except NotFit:
             return None
-        usage = self._usage(wl, flavors, placed)
+        usage = view.usage_of(wl, flavors, placed)
         targets = {path[depth - 1] for path in usage.get(flavor, {})}
         return domain[-1], ", ".join(sorted(targets)), usage
 
@@ -290,31 +287,8 @@ class Topology:
             self.assigned = self._assign(frozenset(), simulate_empty=True)
         except NotFit:
             return False
-        self.reserved = self._usage(self.wl, self.flavors, self.assigned)
+        self.reserved = self.snapshot.tas().usage_of(self.wl, self.flavors, self.assigned)
         return True
-
-    def _usage(
-        self,
-        wl: Workload,
-        flavors: Mapping[str, Mapping[str, str]],
-        assigned: Mapping[str, TopologyAssignment],
-        sign: int = 1,
-    ) -> dict[str, dict[tuple[str, ...], dict[str, int]]]:
-        """What ``assigned`` takes, per tree and leaf (``sign`` -1: gives back)."""
-        view = self.snapshot.tas()
-        out: dict[str, dict[tuple[str, ...], dict[str, int]]] = {}
-        for ps in wl.pod_sets:
-            ta = assigned.get(ps.name)
-            flavor = tas_flavor(self.snapshot.state, flavors.get(ps.name, {}))
-            if ta is None or flavor is None:
-                continue
-            for name, per_leaf in view.spread(flavor, ta, ps.requests).items():
-                into = out.setdefault(name, {})
-                for path, use in per_leaf.items():
-                    slot = into.setdefault(path, {})
-                    for res, q in use.items():
-                        slot[res] = slot.get(res, 0) + sign * q
-        return out
 
     def settle(self, victims: set[str] | frozenset[str] = frozenset()) -> bool:
         """The assignments with ``victims`` gone (and what the pass took), kept; False

@@ -134,8 +134,8 @@ class TasView:
                     tree = self._trees[name]
                     held = self.holding.setdefault(wl.key, {}).setdefault(name, {})
                     for path, use in per_leaf.items():
-                        _add(tree.leaves[path].tas, use, 1)
-                        _add(held.setdefault(path, {}), use, 1)
+                        add_usage(tree.leaves[path].tas, use, 1)
+                        add_usage(held.setdefault(path, {}), use, 1)
         for pod in st.pods.values():
             if not pod.node_name or pod.finished:
                 continue
@@ -165,7 +165,7 @@ class TasView:
         def seed(name: str) -> dict[Path, Usage]:
             found = self._assumed(name, gone, simulate_empty)
             for path, use in (extra or {}).get(name, {}).items():
-                _add(found.setdefault(path, {}), use, 1)
+                add_usage(found.setdefault(path, {}), use, 1)
             return found
 
         for ps in wl.pod_sets:
@@ -196,7 +196,7 @@ class TasView:
                 if name not in assumed:
                     assumed[name] = seed(name)
                 for path, use in per_leaf.items():
-                    _add(assumed[name].setdefault(path, {}), use, 1)
+                    add_usage(assumed[name].setdefault(path, {}), use, 1)
         return out
 
     def spread(
@@ -242,11 +242,31 @@ class TasView:
     def _assumed(self, flavor: str, gone: frozenset[str], empty: bool) -> dict[Path, Usage]:
         out: dict[Path, Usage] = {}
         for path, use in self.added.get(flavor, {}).items():
-            _add(out.setdefault(path, {}), use, 1)
+            add_usage(out.setdefault(path, {}), use, 1)
         if not empty:
             for key in gone:
                 for path, use in self.holding.get(key, {}).get(flavor, {}).items():
-                    _add(out.setdefault(path, {}), use, -1)
+                    add_usage(out.setdefault(path, {}), use, -1)
+        return out
+
+    def usage_of(
+        self,
+        wl: Workload,
+        flavors: Mapping[str, Mapping[str, str]],
+        assignments: Mapping[str, TopologyAssignment],
+    ) -> dict[str, dict[Path, Usage]]:
+        """What ``wl``'s pod sets take at ``assignments``, per tree (flavor) and leaf."""
+        self._build()
+        out: dict[str, dict[Path, Usage]] = {}
+        for ps in wl.pod_sets:
+            ta = assignments.get(ps.name)
+            flavor = tas_flavor(self.state, flavors.get(ps.name, {}))
+            if ta is None or flavor is None:
+                continue
+            for name, per_leaf in self.spread(flavor, ta, ps.requests).items():
+                into = out.setdefault(name, {})
+                for path, use in per_leaf.items():
+                    add_usage(into.setdefault(path, {}), use, 1)
         return out
 
     def take(
@@ -258,16 +278,10 @@ class TasView:
     ) -> None:
         """The pass admitted ``wl`` with ``assignments``: later pod sets of the pass see
         them (``sign`` -1: no longer)."""
-        self._build()
-        for ps in wl.pod_sets:
-            ta = assignments.get(ps.name)
-            flavor = tas_flavor(self.state, flavors.get(ps.name, {}))
-            if ta is None or flavor is None:
-                continue
-            for name, per_leaf in self.spread(flavor, ta, ps.requests).items():
-                added = self.added.setdefault(name, {})
-                for path, use in per_leaf.items():
-                    _add(added.setdefault(path, {}), use, sign)
+        for name, per_leaf in self.usage_of(wl, flavors, assignments).items():
+            added = self.added.setdefault(name, {})
+            for path, use in per_leaf.items():
+                add_usage(added.setdefault(path, {}), use, sign)
 
 
 def _per_leaf(
@@ -285,9 +299,17 @@ def _per_leaf(
     return out
 
 
-def _add(into: Usage, use: Mapping[str, int], sign: int) -> None:
+def add_usage(into: Usage, use: Mapping[str, int], sign: int = 1) -> None:
+    """``into`` plus ``use`` (``sign`` -1: minus), resource by resource."""
     for res, q in use.items():
         into[res] = into.get(res, 0) + sign * q
 
 
-__all__ = ["TasView", "flavor_mismatch", "pod_set_request", "tas_flavor", "tas_only"]
+__all__ = [
+    "TasView",
+    "add_usage",
+    "flavor_mismatch",
+    "pod_set_request",
+    "tas_flavor",
+    "tas_only",
+]
