@@ -214,6 +214,7 @@ async def test_the_access_table_is_what_ingest_calls(tmp_path) -> None:
     nothing else: its RBAC role, derived from the table, grants nothing unused."""
     extra = [
         Kind("kueue.x-k8s.io", "v1beta1", "cohorts", "Cohort", False),
+        Kind("kueue.x-k8s.io", "v1beta1", "topologies", "Topology", False),
         Kind("scheduling.sigs.k8s.io", "v1alpha1", "podgroups", "PodGroup"),
         Kind("scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota"),
         Kind("scheduling.k8s.io", "v1alpha1", "workloads", "Workload"),
