@@ -213,6 +213,9 @@ class PlanProposed(Event, frozen=True, kw_only=True, tag=True):
     victims: tuple[PlannedVictim, ...]
     placement: dict[str, str] = msgspec.field(default_factory=dict)
     state_seq: int = 0
+    # Kueue's topology-aware scheduling: where each such pod set is to go (quota holds
+    # that room from confirmation until the preemptor is admitted)
+    topology: dict[str, TopologyAssignment] = msgspec.field(default_factory=dict)
 
 
 class PreemptionInfeasible(Event, frozen=True, kw_only=True, tag=True):

@@ -46,6 +46,7 @@ from gangpreempt.planning.nodeplan import NodePlanner
 from gangpreempt.planning.quotacycle import cycle_decisions
 from gangpreempt.planning.records import TERMINAL, PlanRecord, new_record
 from gangpreempt.planning.shadow import handed_over as shadow_handed_over
+from gangpreempt.quota.snapshot import TopologyHold
 from gangpreempt.telemetry import metrics
 from gangpreempt.telemetry.tracing import continued_span, current_carrier, root_span
 from services.livestate import LiveState, key_of
@@ -456,6 +457,7 @@ class Quota:
                 log.warning("node-level decisions skipped until the state changes", error=str(exc))
                 planner = None
         waiting = self.flights.waiting()
+        snapshot.topology_holds = self.topology_holds(state)
         # nothing awaits in here: the replica cannot interleave
         with metrics.core_call("admission_pass"):
             try:
@@ -640,6 +642,25 @@ class Quota:
             state_seq=seq,
             seen_at=seen_at,
         )
+
+    def topology_holds(self, state: Any) -> list[TopologyHold]:
+        """The topology room of each confirmed Kueue plan in flight, held against every
+        other workload until its preemptor is admitted (``quota.tas``)."""
+        holds: list[TopologyHold] = []
+        for key, flight in self.flights.by_preemptor.items():
+            proposal = flight.record.proposal
+            if flight.status == REQUESTED or proposal is None or not proposal.topology:
+                continue
+            wl = state.workloads.get(key)
+            if wl is None:
+                continue
+            victims = frozenset(
+                v.object.removeprefix("Workload/")
+                for v in proposal.victims
+                if v.object.startswith("Workload/")
+            )
+            holds.append((wl, dict(proposal.flavors), dict(proposal.topology), victims))
+        return holds
 
     def admitted(self, d: Any, wl: Any) -> events.Admitted:
         pod_sets = []

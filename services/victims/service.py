@@ -220,6 +220,7 @@ class Victims:
             victims=victims,
             placement=decision.placement,
             state_seq=self.replica.seq,
+            topology=dict(decision.topology),
         )
 
     async def run(self) -> None:

@@ -226,3 +226,37 @@ def test_pending_for_want_of_a_domain_it_is_told_which_move_would_free_one(
     room = decide(tmp_path, running("keep-a1", 50, "a1", 1), pending("train", 2))["train"]
     assert room.outcome == ADMIT
     assert "moving" not in room.message
+
+
+def test_the_room_of_a_plan_in_flight_is_held_against_every_other_workload(
+    tmp_path: Path,
+) -> None:
+    """``train``'s plan (in flight) is to take rack r1; ``other``, of higher priority
+    and first in the pass, gets r2 while the hold stands, r1 (the first by path) without
+    it; ``train`` itself is not blocked by its own hold."""
+    from gangpreempt.model.topology import TopologyAssignment, TopologyDomain
+    from gangpreempt.planning.planning import plan_on
+    from gangpreempt.quota.snapshot import Snapshot
+
+    path = tmp_path / "cluster.yaml"
+    docs = [CLUSTER.replace("QUOTA", "32"), *RACKS, pending("train", 2), pending("other", 2, 30)]
+    path.write_text("---\n".join(docs))
+    state = load([str(path)]).state
+
+    def hosts_of(holding: bool) -> dict[str, dict[str, int]]:
+        snapshot = Snapshot.build(state, NOW)
+        if holding:
+            room = TopologyAssignment(
+                (HOST,), (TopologyDomain(("a1",), 1), TopologyDomain(("a2",), 1))
+            )
+            flavors = {"main": {"nvidia.com/gpu": "tas-gpu"}}
+            snapshot.topology_holds = [
+                (state.workloads["ml/train"], flavors, {"main": room}, frozenset())
+            ]
+        got = plan_on(snapshot).decisions
+        return {d.preemptor.removeprefix("Workload/ml/"): hosts(d) for d in got}
+
+    assert hosts_of(holding=False)["other"] == {"a1": 1, "a2": 1}
+    held = hosts_of(holding=True)
+    assert held["other"] == {"b1": 1, "b2": 1}
+    assert held["train"] == {"a1": 1, "a2": 1}

@@ -132,9 +132,10 @@ class Topology:
             if request is None or flavor is None or not request.level:
                 continue
             count = self.counts.get(ps.name, ps.count)
-            key, now = view.domains(ps, request, flavor, count, now_gone)
-            _, freed = view.domains(ps, request, flavor, count, now_gone | victims)
-            _, empty = view.domains(ps, request, flavor, count, simulate_empty=True)
+            own = self.wl.key
+            key, now = view.domains(ps, request, flavor, count, now_gone, owner=own)
+            _, freed = view.domains(ps, request, flavor, count, now_gone | victims, owner=own)
+            _, empty = view.domains(ps, request, flavor, count, simulate_empty=True, owner=own)
             chosen = self._chosen(ps.name, flavor, len(next(iter(now), ())))
             kind = "required" if request.required else "preferred"
             for path in now:

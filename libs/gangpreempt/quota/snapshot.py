@@ -242,6 +242,12 @@ def _order(aw: AdmittedWorkload) -> tuple[int, float, str]:
     return aw.order_key
 
 
+# A plan in flight's topology room: its preemptor, flavors, assignments and victims' keys.
+TopologyHold = tuple[
+    Workload, dict[str, dict[str, str]], dict[str, TopologyAssignment], frozenset[str]
+]
+
+
 class Snapshot:
     """Quota state for one decision or one admission cycle."""
 
@@ -281,6 +287,13 @@ class Snapshot:
         # from then the workloads a search has removed (their assignments hold no room)
         self._tas: TasView | None = None
         self.removed: set[str] | None = None
+        # plans in flight with a topology assignment (``hold_topology``), kept across
+        # passes until the owner clears them
+        self.topology_holds: list[
+            tuple[
+                Workload, dict[str, dict[str, str]], dict[str, TopologyAssignment], frozenset[str]
+            ]
+        ] = []
         # ``plan`` and ``explain``: a topology-aware workload left Pending is told which
         # running workload, moved, would free a domain (not the services' cycles)
         self.suggest_moves = False
@@ -484,6 +497,8 @@ class Snapshot:
         if self._tas is None:
             self._tas = TasView(self.state)
             self.removed = set()
+            for wl, flavors, assignments, victims in self.topology_holds:
+                self._tas.hold(wl, flavors, assignments, victims)
         return self._tas
 
     def forget_topology(self) -> None:

@@ -101,6 +101,10 @@ class TasView:
         self.holding: dict[str, dict[str, dict[Path, Usage]]] = {}
         # flavor (of a tree) -> leaf path -> usage the pass added
         self.added: dict[str, dict[Path, Usage]] = {}
+        # plans in flight: preemptor key -> (tree flavor -> leaf -> the room it is to
+        # take, its victims); the pass's admission of it replaces its hold
+        self.holds: dict[str, tuple[dict[str, dict[Path, Usage]], frozenset[str]]] = {}
+        self._stashed: dict[str, tuple[dict[str, dict[Path, Usage]], frozenset[str]]] = {}
         self._built = False
 
     def tree(self, flavor: str) -> TopologyNodes:
@@ -163,7 +167,7 @@ class TasView:
         assumed: dict[str, dict[Path, Usage]] = {}
 
         def seed(name: str) -> dict[Path, Usage]:
-            found = self._assumed(name, gone, simulate_empty)
+            found = self._assumed(name, gone, simulate_empty, wl.key)
             for path, use in (extra or {}).get(name, {}).items():
                 add_usage(found.setdefault(path, {}), use, 1)
             return found
@@ -226,8 +230,10 @@ class TasView:
         count: int,
         gone: frozenset[str] = frozenset(),
         simulate_empty: bool = False,
+        owner: str = "",
     ) -> tuple[str, dict[Path, int]]:
-        """The requested level of ``ps`` and the pods each of its domains holds there."""
+        """The requested level of ``ps`` (of workload ``owner``) and the pods each of its
+        domains holds there."""
         self._build()
         return domain_pods(
             self._trees[flavor],
@@ -236,17 +242,38 @@ class TasView:
             ps.requests,
             ps.scheduling,
             simulate_empty=simulate_empty,
-            assumed=self._assumed(flavor, gone, simulate_empty),
+            assumed=self._assumed(flavor, gone, simulate_empty, owner),
         )
 
-    def _assumed(self, flavor: str, gone: frozenset[str], empty: bool) -> dict[Path, Usage]:
+    def hold(
+        self,
+        wl: Workload,
+        flavors: Mapping[str, Mapping[str, str]],
+        assignments: Mapping[str, TopologyAssignment],
+        victims: frozenset[str],
+    ) -> None:
+        """A plan in flight: its preemptor is to take ``assignments`` once ``victims``
+        (workload keys) are gone; both are counted so for everyone else."""
+        self.holds[wl.key] = (self.usage_of(wl, flavors, assignments), victims)
+
+    def _assumed(
+        self, flavor: str, gone: frozenset[str], empty: bool, own: str = ""
+    ) -> dict[Path, Usage]:
         out: dict[Path, Usage] = {}
         for path, use in self.added.get(flavor, {}).items():
             add_usage(out.setdefault(path, {}), use, 1)
-        if not empty:
-            for key in gone:
-                for path, use in self.holding.get(key, {}).get(flavor, {}).items():
-                    add_usage(out.setdefault(path, {}), use, -1)
+        if empty:
+            return out
+        leaving = set(gone)
+        for key, (room, victims) in self.holds.items():
+            if key == own:
+                continue
+            leaving |= victims
+            for path, use in room.get(flavor, {}).items():
+                add_usage(out.setdefault(path, {}), use, 1)
+        for key in leaving:
+            for path, use in self.holding.get(key, {}).get(flavor, {}).items():
+                add_usage(out.setdefault(path, {}), use, -1)
         return out
 
     def usage_of(
@@ -277,7 +304,11 @@ class TasView:
         sign: int = 1,
     ) -> None:
         """The pass admitted ``wl`` with ``assignments``: later pod sets of the pass see
-        them (``sign`` -1: no longer)."""
+        them, in place of its hold if it had one (``sign`` -1: no longer)."""
+        if sign > 0 and wl.key in self.holds:
+            self._stashed[wl.key] = self.holds.pop(wl.key)
+        elif sign < 0 and wl.key in self._stashed:
+            self.holds[wl.key] = self._stashed.pop(wl.key)
         for name, per_leaf in self.usage_of(wl, flavors, assignments).items():
             added = self.added.setdefault(name, {})
             for path, use in per_leaf.items():
