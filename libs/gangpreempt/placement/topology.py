@@ -43,6 +43,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gangpreempt.model.pods import Node
+from gangpreempt.model.quantity import add_into
 from gangpreempt.model.scheduling import SchedulingConstraints, Taint, Toleration
 from gangpreempt.model.topology import (
     Topology,
@@ -117,24 +118,29 @@ class TopologyNodes:
     def add_pod(self, node_name: str, requests: Mapping[str, int]) -> None:
         """A non-TAS pod bound to the node (not terminated): its requests and one pod."""
         path = self.leaf_of_node.get(node_name)
-        if path is None:
-            return
-        free = self.leaves[path].free
-        for res, q in requests.items():
-            free[res] = free.get(res, 0) - int(q)
-        free[PODS] = free.get(PODS, 0) - 1
+        if path is not None:
+            add_into(self.leaves[path].free, {**requests, PODS: requests.get(PODS, 0) + 1}, -1)
 
-    def add_assignment(self, assignment: TopologyAssignment, per_pod: Mapping[str, int]) -> None:
-        """An admitted TAS pod set: ``per_pod`` requests times each domain's count, and its
-        pods. A domain no leaf has (a node gone) is skipped, as Kueue does."""
+    def usage_of(
+        self, assignment: TopologyAssignment, per_pod: Mapping[str, int]
+    ) -> dict[Path, dict[str, int]]:
+        """What a pod set of ``per_pod`` requests takes at ``assignment``, per leaf: the
+        requests times each domain's count, and its pods. A domain no leaf has (a node
+        gone) is skipped, as Kueue does."""
+        out: dict[Path, dict[str, int]] = {}
         for d in assignment.domains:
             path = self.path_of(assignment.levels, d.values)
             if path is None:
                 continue
-            tas = self.leaves[path].tas
-            for res, q in per_pod.items():
-                tas[res] = tas.get(res, 0) + int(q) * d.count
-            tas[PODS] = tas.get(PODS, 0) + d.count
+            use = out.setdefault(path, {})
+            add_into(use, {res: int(q) * d.count for res, q in per_pod.items()})
+            use[PODS] = use.get(PODS, 0) + d.count
+        return out
+
+    def add_assignment(self, assignment: TopologyAssignment, per_pod: Mapping[str, int]) -> None:
+        """An admitted TAS pod set (``usage_of``) held on its leaves."""
+        for path, use in self.usage_of(assignment, per_pod).items():
+            add_into(self.leaves[path].tas, use)
 
     def path_of(self, levels: tuple[str, ...], values: tuple[str, ...]) -> Path | None:
         if tuple(levels) == self.topology.levels:

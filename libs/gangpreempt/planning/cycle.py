@@ -239,14 +239,11 @@ class AdmissionPass:
             return
         if any(t.aw.key not in self.snapshot.admitted for t in ev.targets):
             # Another preemptor already claimed some of these victims: recompute.
-            ev = evaluate(self.snapshot, ev.pending)
-            if ev.mode is not Mode.Fit and not (ev.mode is Mode.Preempt and ev.targets):
-                self._pending(queue, ev, None, strict_only=ev.mode is Mode.NoFit)
+            taken = f"skipped: its victims were taken by another preemptor in cohort {tree}"
+            again = self._again(queue, ev, tree, taken)
+            if again is None:
                 return
-            if ev.borrowing and tree in self.preempting_trees and not self.snapshot.fair_sharing:
-                msg = f"skipped: its victims were taken by another preemptor in cohort {tree}"
-                self._pending(queue, ev, msg, strict_only=False)
-                return
+            ev = again
         if not self._fits(ev):
             msg = "skipped: no longer fits after processing another workload"
             self._pending(queue, ev, msg, strict_only=False)
@@ -255,19 +252,14 @@ class AdmissionPass:
         if topo is not None and topo.asks and not topo.settle({t.aw.key for t in ev.targets}):
             # What the pass took since left its topology no room: Kueue computes the whole
             # assignment again in the cycle (TASRecomputeAssignmentWithinSchedulingCycle)
-            ev = evaluate(self.snapshot, ev.pending)
-            topo = ev.topology
-            if ev.mode is not Mode.Fit and not (ev.mode is Mode.Preempt and ev.targets):
-                self._pending(queue, ev, None, strict_only=ev.mode is Mode.NoFit)
+            gone = "skipped: no longer fits after processing another workload"
+            again = self._again(queue, ev, tree, gone)
+            if again is None:
                 return
-            if (
-                not self._fits(ev)
-                or (ev.borrowing and tree in self.preempting_trees)
-                or (topo is not None and topo.asks and not topo.assigned)
-            ):
+            ev, topo = again, again.topology
+            if not self._fits(ev) or (topo is not None and topo.asks and not topo.assigned):
                 why = f" ({topo.reason})" if topo is not None and topo.reason else ""
-                msg = f"skipped: no longer fits after processing another workload{why}"
-                self._pending(queue, ev, msg, strict_only=False)
+                self._pending(queue, ev, gone + why, strict_only=False)
                 return
 
         if ev.targets and self.observe is not None:
@@ -282,6 +274,22 @@ class AdmissionPass:
             if tree is not None:
                 self.preempting_trees.add(tree)
             queue.blocked = f"waiting behind {ev.pending.ref}, which is preempting"
+
+    def _again(
+        self, queue: _Queue, ev: Evaluation, tree: str | None, blocked: str
+    ) -> Evaluation | None:
+        """``ev`` evaluated again on the snapshot as the pass has left it, as Kueue
+        recomputes an assignment within its cycle; None (its Pending recorded) when it can
+        neither be admitted nor preempt now, or would borrow in a cohort tree where this
+        pass preempts (``blocked`` says so)."""
+        ev = evaluate(self.snapshot, ev.pending)
+        if ev.mode is not Mode.Fit and not (ev.mode is Mode.Preempt and ev.targets):
+            self._pending(queue, ev, None, strict_only=ev.mode is Mode.NoFit)
+            return None
+        if ev.borrowing and tree in self.preempting_trees and not self.snapshot.fair_sharing:
+            self._pending(queue, ev, blocked, strict_only=False)
+            return None
+        return ev
 
     def _fits(self, ev: Evaluation) -> bool:
         snap = self.snapshot

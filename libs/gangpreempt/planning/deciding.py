@@ -232,8 +232,8 @@ def decision(ev: Evaluation, override: str | None = None) -> Decision:
         move = topo.suggestion()
         if move:
             message += f"; {move}"
-    if outcome in (ADMIT, PREEMPT) and ev.topology is not None and ev.topology.assigned:
-        message += f"; topology: {ev.topology.describe()}"
+    if outcome in (ADMIT, PREEMPT) and topo is not None and topo.assigned:
+        message += f"; topology: {topo.describe()}"
     if outcome in (ADMIT, PREEMPT):
         full = {ps.name: ps.count for ps in ev.pending.pod_sets}
         partial = [
@@ -253,7 +253,7 @@ def decision(ev: Evaluation, override: str | None = None) -> Decision:
         victims=victims,
         placement={},
         message=message,
-        topology=dict(ev.topology.assigned) if ev.topology and outcome != PENDING else {},
+        topology=dict(topo.assigned) if topo is not None and outcome != PENDING else {},
     )
 
 

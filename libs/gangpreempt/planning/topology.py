@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gangpreempt.model.quantity import add_into
 from gangpreempt.model.topology import TopologyAssignment, TopologyRequest
 from gangpreempt.placement.topology import NotFit
 from gangpreempt.quota.assignment import Assignment
 from gangpreempt.quota.modes import Mode
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import ClusterQueueState, Snapshot
-from gangpreempt.quota.tas import add_usage, pod_set_request, tas_flavor, tas_only
+from gangpreempt.quota.tas import pod_set_request, tas_flavor, tas_only
 from gangpreempt.quota.tree import FR
 
 
@@ -204,7 +205,7 @@ class Topology:
                 for name, per_leaf in self.reserved.items():  # its own held room is its
                     into = placed.setdefault(name, {})
                     for path, use in per_leaf.items():
-                        add_usage(into.setdefault(path, {}), use, -1)
+                        add_into(into.setdefault(path, {}), use, -1)
                 try:
                     self.snapshot.tas().assign(
                         self.wl, self.asks, self.flavors, self.counts, gone | {key}, extra=placed

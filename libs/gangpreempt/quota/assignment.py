@@ -25,7 +25,7 @@ from gangpreempt.quota.modes import (
 )
 from gangpreempt.quota.pending import PendingWorkload
 from gangpreempt.quota.snapshot import ClusterQueueState, Snapshot
-from gangpreempt.quota.tas import flavor_mismatch
+from gangpreempt.quota.tas import flavor_mismatch, tas_only
 from gangpreempt.quota.tree import (
     FR,
     Quantities,
@@ -135,6 +135,7 @@ class FlavorAssigner:
         self.wl = workload
         self.oracle = oracle
         self.start = start or {}
+        self._tas_only: bool | None = None  # every flavor of the queue names a Topology
         spec = cq.spec
         self.fungibility = spec.flavor_fungibility
         self.can_preempt_in_cq = spec.preemption.within_cluster_queue != NEVER
@@ -196,8 +197,10 @@ class FlavorAssigner:
             return f"flavor {name} not found"
         state = self.snapshot.state
         if state.topologies or flavor.topology_name:
-            names = [f.name for g in self.cq.spec.resource_groups for f in g.flavors]
-            mismatch = flavor_mismatch(state, names, ps, flavor, group.covered_resources)
+            if self._tas_only is None:
+                names = [f.name for g in self.cq.spec.resource_groups for f in g.flavors]
+                self._tas_only = tas_only(state, names)
+            mismatch = flavor_mismatch(state, self._tas_only, ps, flavor, group.covered_resources)
             if mismatch is not None:
                 return mismatch
         taint = ps.scheduling.first_untolerated(flavor.node_taints, flavor.tolerations)

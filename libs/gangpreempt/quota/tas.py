@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gangpreempt.model.cluster import ClusterState
+from gangpreempt.model.quantity import add_into
 from gangpreempt.model.queues import ResourceFlavor
 from gangpreempt.model.topology import HOSTNAME_LABEL as HOSTNAME
 from gangpreempt.model.topology import TopologyAssignment, TopologyRequest
@@ -57,7 +58,7 @@ def tas_only(state: ClusterState, flavor_names: Sequence[str]) -> bool:
 
 def flavor_mismatch(
     state: ClusterState,
-    queue_flavors: Sequence[str],
+    implied: bool,
     ps: PodSet,
     flavor: ResourceFlavor,
     covered: Sequence[str],
@@ -66,8 +67,7 @@ def flavor_mismatch(
     covering ``covered``) may not serve ``ps``, or None. A pod set asking for a topology
     takes only topology flavors that have its levels (a flavor without one is fine if it
     covers none of its resources); one asking for none takes no topology flavor, unless
-    every flavor of its ClusterQueue names one (implied)."""
-    implied = tas_only(state, queue_flavors)
+    every flavor of its ClusterQueue names one (``implied``: ``tas_only``)."""
     request = ps.topology
     if request is None and not implied:
         if flavor.topology_name:
@@ -138,8 +138,8 @@ class TasView:
                     tree = self._trees[name]
                     held = self.holding.setdefault(wl.key, {}).setdefault(name, {})
                     for path, use in per_leaf.items():
-                        add_usage(tree.leaves[path].tas, use, 1)
-                        add_usage(held.setdefault(path, {}), use, 1)
+                        add_into(tree.leaves[path].tas, use, 1)
+                        add_into(held.setdefault(path, {}), use, 1)
         for pod in st.pods.values():
             if not pod.node_name or pod.finished:
                 continue
@@ -169,7 +169,7 @@ class TasView:
         def seed(name: str) -> dict[Path, Usage]:
             found = self._assumed(name, gone, simulate_empty, wl.key)
             for path, use in (extra or {}).get(name, {}).items():
-                add_usage(found.setdefault(path, {}), use, 1)
+                add_into(found.setdefault(path, {}), use, 1)
             return found
 
         for ps in wl.pod_sets:
@@ -200,7 +200,7 @@ class TasView:
                 if name not in assumed:
                     assumed[name] = seed(name)
                 for path, use in per_leaf.items():
-                    add_usage(assumed[name].setdefault(path, {}), use, 1)
+                    add_into(assumed[name].setdefault(path, {}), use, 1)
         return out
 
     def spread(
@@ -211,13 +211,13 @@ class TasView:
         (Kueue's ``TASHandleOverlappingFlavors``, on by default: flavors sharing nodes
         share their room)."""
         own = self._trees[flavor]
-        out = {flavor: _per_leaf(own, ta, per_pod)}
+        out = {flavor: own.usage_of(ta, per_pod)}
         if not own.topology.hostname_leaves or not ta.levels or ta.levels[-1] != HOSTNAME:
             return out
         for name, tree in self._trees.items():
             if name == flavor or not tree.topology.hostname_leaves:
                 continue
-            found = _per_leaf(tree, TopologyAssignment((HOSTNAME,), ta.domains), per_pod)
+            found = tree.usage_of(TopologyAssignment((HOSTNAME,), ta.domains), per_pod)
             if found:
                 out[name] = found
         return out
@@ -261,7 +261,7 @@ class TasView:
     ) -> dict[Path, Usage]:
         out: dict[Path, Usage] = {}
         for path, use in self.added.get(flavor, {}).items():
-            add_usage(out.setdefault(path, {}), use, 1)
+            add_into(out.setdefault(path, {}), use, 1)
         if empty:
             return out
         leaving = set(gone)
@@ -270,10 +270,10 @@ class TasView:
                 continue
             leaving |= victims
             for path, use in room.get(flavor, {}).items():
-                add_usage(out.setdefault(path, {}), use, 1)
+                add_into(out.setdefault(path, {}), use, 1)
         for key in leaving:
             for path, use in self.holding.get(key, {}).get(flavor, {}).items():
-                add_usage(out.setdefault(path, {}), use, -1)
+                add_into(out.setdefault(path, {}), use, -1)
         return out
 
     def usage_of(
@@ -293,7 +293,7 @@ class TasView:
             for name, per_leaf in self.spread(flavor, ta, ps.requests).items():
                 into = out.setdefault(name, {})
                 for path, use in per_leaf.items():
-                    add_usage(into.setdefault(path, {}), use, 1)
+                    add_into(into.setdefault(path, {}), use, 1)
         return out
 
     def take(
@@ -312,33 +312,11 @@ class TasView:
         for name, per_leaf in self.usage_of(wl, flavors, assignments).items():
             added = self.added.setdefault(name, {})
             for path, use in per_leaf.items():
-                add_usage(added.setdefault(path, {}), use, sign)
-
-
-def _per_leaf(
-    tree: TopologyNodes, ta: TopologyAssignment, per_pod: Mapping[str, int]
-) -> dict[Path, Usage]:
-    out: dict[Path, Usage] = {}
-    for d in ta.domains:
-        path = tree.path_of(ta.levels, d.values)
-        if path is None:
-            continue
-        use = out.setdefault(path, {})
-        for res, q in per_pod.items():
-            use[res] = use.get(res, 0) + int(q) * d.count
-        use["pods"] = use.get("pods", 0) + d.count
-    return out
-
-
-def add_usage(into: Usage, use: Mapping[str, int], sign: int = 1) -> None:
-    """``into`` plus ``use`` (``sign`` -1: minus), resource by resource."""
-    for res, q in use.items():
-        into[res] = into.get(res, 0) + sign * q
+                add_into(added.setdefault(path, {}), use, sign)
 
 
 __all__ = [
     "TasView",
-    "add_usage",
     "flavor_mismatch",
     "pod_set_request",
     "tas_flavor",
