@@ -30,16 +30,16 @@ OUTCOME = {
 
 
 def suite() -> list[Path]:
-    """Every sixth bundle that names one workload, in each family (so every family is in
+    """Every fourth bundle that names one workload, in each family (so every family is in
     it): the services run the same decision code as ``plan``, what this checks is the way
-    there; a sixth keeps the suite within its time on a busy machine."""
+    there; a fourth keeps the suite within its time on a busy machine."""
     named = [
         b for b in bundles() if "workload" in (exp := expectation(b)) and "assignment" not in exp
     ]
     families: dict[Path, list[Path]] = {}
     for b in named:
         families.setdefault(b.parent, []).append(b)
-    return [b for members in families.values() for b in members[::6]]
+    return [b for members in families.values() for b in members[::4]]
 
 
 async def test_services_and_plan_agree_on_the_scenario_suite(
